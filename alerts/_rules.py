@@ -1,0 +1,623 @@
+"""Recording rules and tiered alerting rules, generated from the spec as plain dicts.
+
+Design. Recording rules turn each engine's series into one engine-agnostic series per signal
+and pool (telemetry's catalog). Every alert reads only those recorded series (and pdscale's own
+metrics), so one set of alert definitions serves vLLM, SGLang, Dynamo and TGI alike.
+
+Each alert is defined twice under one name, ``severity: warning`` and ``severity: critical``,
+each with its own threshold and ``for`` (kubernetes-mixin convention, shared/REFERENCE.md §2).
+Rules are per pool, so thresholds tied to a service (its SLO, its pool's cold start) are exact.
+Beside the PromQL, every tier carries a small Python model of its expression
+(:attr:`TierDef.value`), which the promtool test generator uses to predict when each tier
+fires; promtool then checks the prediction against the real rule engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pdscale.spec import (
+    AlertSettings,
+    Role,
+    ServiceSpec,
+    Spec,
+    format_duration,
+    parse_duration,
+)
+from telemetry import (
+    SLO_WINDOWS,
+    Signal,
+    engine_signals,
+    pool_expr,
+    recorded_name,
+    slo_error_ratio_expr,
+    slo_error_ratio_record,
+)
+
+Severity = Literal["warning", "critical"]
+Rule = dict[str, Any]
+
+LOOKBACK_MIN = 5
+"""Prometheus' default lookback delta, in minutes (a sample is visible this long)."""
+
+
+class Frame:
+    """Input series of a promtool test, one value a minute, as the Python models read them."""
+
+    def __init__(self, series: Mapping[tuple[str, Role], list[float | None]]) -> None:
+        self._series = series
+
+    def at(self, name: str, role: Role, minute: int) -> float | None:
+        """The value Prometheus sees at ``minute``: the latest sample within the lookback;
+        None (also after an explicit stale marker, stored as NaN) when there is none."""
+        values = self._series.get((name, role))
+        if values is None:
+            return None
+        for i in range(min(minute, len(values) - 1), max(-1, minute - LOOKBACK_MIN - 1), -1):
+            v = values[i]
+            if v is None:
+                continue
+            return None if math.isnan(v) else v
+        return None
+
+
+ValueFn = Callable[[Frame, int], float | None]
+Perturb = Callable[[int, float], float | None]
+"""A test input from minute H on: (minutes since H, healthy value at H) -> value, None for no
+sample, NaN for a stale marker."""
+
+TARGETS = 8.0
+"""Scrape targets per pool in the tests' healthy baseline (fine-grained enough for shares)."""
+
+
+@dataclass(frozen=True)
+class TierDef:
+    severity: Severity
+    expr: str
+    for_s: int
+    value: ValueFn
+    """Python model of ``expr`` at a minute: the alert's value, or None when it is not met."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    description: str | None = None
+    """Overrides the alert's description for this tier (e.g. naming its windows)."""
+
+
+@dataclass(frozen=True)
+class AlertDef:
+    """One alert of one pool, in both tiers, with what a test needs to drive it."""
+
+    name: str
+    service: ServiceSpec
+    role: Role
+    summary: str
+    description: str
+    """Alertmanager template; only {{ $labels.x }} and {{ $value | f }} are used."""
+    tiers: tuple[TierDef, ...]
+    reads: Mapping[str, float | Literal["time"] | None]
+    """Series the alert reads, with a healthy value ('time': the eval time in seconds; None:
+    any value, only presence matters)."""
+    levels: Mapping[Severity, Mapping[str, Perturb]]
+    """Per scenario ('warning', 'critical'), the series a test perturbs from minute H on."""
+    series_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels the alert's input series carry beyond the pool's (e.g. pod and gpu)."""
+    history_min: int = 10
+    eval_step_min: int = 1
+    """Rule evaluation step of its promtool test (5 for alerts with hour-long windows)."""
+    escalates_by_duration: bool = False
+    """Both tiers share one condition and differ only in ``for``: one scenario shows warning
+    alone first, then both."""
+    """Healthy minutes before a test's scenario starts (long for trailing baselines)."""
+
+
+def pool_labels(service: ServiceSpec, role: Role) -> dict[str, str]:
+    return {
+        "namespace": service.namespace,
+        "model_name": service.model_name,
+        "pdscale_service": service.name,
+        "pdscale_pool": role.value,
+    }
+
+
+def pool_matchers(service: ServiceSpec, role: Role) -> str:
+    return f'pdscale_service="{service.name}",pdscale_pool="{role.value}"'
+
+
+# --------------------------------------------------------------------------------------------
+# Recording rules
+
+
+def recording_groups(spec: Spec) -> list[Rule]:
+    """One group per service: every available signal of each pool, and the SLO error ratios."""
+    groups = []
+    for service in spec.services:
+        rules: list[Rule] = []
+        for role in Role:
+            labels = pool_labels(service, role)
+            del labels["namespace"]  # kept from the series by `by (namespace)`
+            for signal in sorted(engine_signals(service, role), key=lambda s: s.value):
+                rules.append({
+                    "record": recorded_name(signal),
+                    "expr": pool_expr(signal, service, role),
+                    "labels": dict(labels),
+                })
+        for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
+            labels = pool_labels(service, role)
+            del labels["namespace"]
+            for window in SLO_WINDOWS:
+                expr = slo_error_ratio_expr(service, kind, window)  # type: ignore[arg-type]
+                if expr is not None:
+                    rules.append({
+                        "record": slo_error_ratio_record(kind, window),  # type: ignore[arg-type]
+                        "expr": expr,
+                        "labels": dict(labels),
+                    })
+        groups.append({"name": f"pdscale.{service.name}.recording", "rules": rules})
+    return groups
+
+
+# --------------------------------------------------------------------------------------------
+# Alert definitions
+
+
+def _gt(name: str, role: Role, threshold: float) -> ValueFn:
+    def value(frame: Frame, minute: int) -> float | None:
+        v = frame.at(name, role, minute)
+        return v if v is not None and v > threshold else None
+    return value
+
+
+def _const(value: float) -> Perturb:
+    return lambda _m, _h: value
+
+
+def _stale(m: int, _h: float) -> float | None:
+    return math.nan if m == 0 else None
+
+
+def _gauge_alert(*, name: str, service: ServiceSpec, role: Role, signal: Signal,
+                 warning: float, warning_for: int, critical: float, critical_for: int,
+                 summary: str, description: str, bound: float | None = None,
+                 multiplier: float = 1.0) -> AlertDef:
+    """`recorded > threshold × multiplier` in two tiers, driven by setting the series."""
+    series = recorded_name(signal)
+    sel = f"{series}{{{pool_matchers(service, role)}}}"
+    w, c = warning * multiplier, critical * multiplier
+    crit_level = (c + bound) / 2 if bound is not None else c * 1.25 if c > 0 else c + 1
+    return AlertDef(
+        name=name, service=service, role=role, summary=summary, description=description,
+        tiers=(
+            TierDef("warning", f"{sel} > {_num(w)}", warning_for, _gt(series, role, w)),
+            TierDef("critical", f"{sel} > {_num(c)}", critical_for, _gt(series, role, c)),
+        ),
+        reads={series: w * 0.5},
+        levels={"warning": {series: _const((w + c) / 2)},
+                "critical": {series: _const(crit_level)}},
+    )
+
+
+def _num(value: float) -> str:
+    """A threshold as PromQL reads it back exactly (repr is round-trip exact)."""
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+def alert_defs(spec: Spec) -> list[AlertDef]:
+    out: list[AlertDef] = []
+    for service in spec.services:
+        for role in Role:
+            out.extend(_pool_alerts(spec.alerts, service, role))
+    return out
+
+
+def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> list[AlertDef]:
+    th = settings.thresholds
+    have = engine_signals(service, role)
+    pool = service.pools[role]
+    # Rules are per pool, so the pool's names are written in; only per-instance labels (pod,
+    # gpu) are templated. Annotation templates see the expression's labels, not the rule's.
+    where = f"{service.namespace}/{service.name} {role.value}"
+    defs: list[AlertDef] = []
+
+    def gauge(name: str, signal: Signal, tiers: Any, summary: str, description: str,
+              **kw: Any) -> None:
+        if signal in have:
+            defs.append(_gauge_alert(
+                name=name, service=service, role=role, signal=signal,
+                warning=tiers.warning.value, warning_for=tiers.warning.for_,
+                critical=tiers.critical.value, critical_for=tiers.critical.for_,
+                summary=summary, description=description, **kw))
+
+    if role is Role.PREFILL:
+        gauge("LLMTimeToFirstTokenHigh", Signal.TTFT_P95_S, th.ttft_high,
+              "Time to first token p95 is above the SLO.",
+              f"{where}: TTFT p95 is {{{{ $value | humanizeDuration }}}} against an SLO of "
+              f"{service.slo.ttft_p95_s:g}s. Add prefill replicas or check the queue.",
+              multiplier=service.slo.ttft_p95_s)
+    if role is Role.DECODE:
+        gauge("LLMInterTokenLatencyHigh", Signal.ITL_P95_S, th.itl_high,
+              "Inter-token latency p95 is above the SLO.",
+              f"{where}: ITL p95 is {{{{ $value | humanizeDuration }}}} against an SLO of "
+              f"{service.slo.itl_p95_s:g}s. Add decode replicas or check KV-cache pressure.",
+              multiplier=service.slo.itl_p95_s)
+    if Signal.QUEUE_DEPTH in have:
+        defs.append(_backlog_alert(service, role, th.queue_backlog, where))
+        defs.append(_queue_growing_alert(service, role, th.queue_growing,
+                                         _healthy_waiting(th.queue_backlog), where))
+    if role is Role.PREFILL and Signal.PREFIX_CACHE_HIT_RATIO in have:
+        defs.append(_prefix_drop_alert(settings, service, role, where))
+    gauge("LLMKVCacheNearFull", Signal.KV_CACHE_USAGE_MAX_RATIO, th.kv_cache_usage,
+          "KV cache is nearly full.",
+          f"{where}: the fullest replica's KV cache is {{{{ $value | humanizePercentage }}}} "
+          "used; requests will queue or be preempted.", bound=1.0)
+    gauge("LLMPreemptionsRising", Signal.PREEMPTIONS_PER_S, th.preemptions,
+          "Sequences are being preempted.",
+          f"{where}: {{{{ $value | humanize }}}} preemptions per second; the KV cache is "
+          "over-committed.")
+    gauge("LLMErrorRateHigh", Signal.ERROR_RATIO, th.error_ratio,
+          "Requests are failing.",
+          f"{where}: {{{{ $value | humanizePercentage }}}} of requests failed over 5 minutes.",
+          bound=1.0)
+    gauge("LLMGPUMemoryNearFull", Signal.GPU_MEMORY_USED_MAX_RATIO, th.gpu_memory,
+          "GPU memory is nearly full.",
+          f"{where}: the fullest GPU has {{{{ $value | humanizePercentage }}}} of its memory "
+          "used.", bound=1.0)
+    gauge("LLMGPUTemperatureHigh", Signal.GPU_TEMPERATURE_MAX_CELSIUS, th.gpu_temperature,
+          "A GPU is running hot.",
+          f"{where}: the hottest GPU is at {{{{ $value }}}} degrees Celsius.")
+    if Signal.GPU_XID_ERRORS in have:
+        defs.append(_xid_alert(settings, service, role))
+    defs.append(_target_down_alert(service, role, th.target_down, where))
+    if Signal.QUEUE_DEPTH in have:
+        defs.append(_absent_alert(service, role, th.metrics_absent_for, where))
+    defs.append(_scaling_stuck_alert(service, role, th.scaling_stuck, pool.cold_start, where))
+    defs.append(_control_plane_alert(service, role, th.control_plane_stale, where))
+    defs.extend(_burn_rate_alerts(settings, service, role, where))
+    return defs
+
+
+def _healthy_waiting(backlog_tiers: Any) -> float:
+    """Waiting requests in the tests' healthy baseline: a quarter of the warning backlog."""
+    return float(TARGETS * backlog_tiers.warning.value * 0.25)
+
+
+def _backlog_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> AlertDef:
+    waiting, up = recorded_name(Signal.QUEUE_DEPTH), recorded_name(Signal.TARGETS_UP)
+    m = pool_matchers(service, role)
+    ratio = f"{waiting}{{{m}}} / clamp_min({up}{{{m}}}, 1)"
+
+    def model(threshold: float) -> ValueFn:
+        def value(frame: Frame, minute: int) -> float | None:
+            q, n = frame.at(waiting, role, minute), frame.at(up, role, minute)
+            if q is None or n is None:
+                return None
+            v = q / max(n, 1.0)
+            return v if v > threshold else None
+        return value
+
+    w, c = tiers.warning.value, tiers.critical.value
+    return AlertDef(
+        name="LLMQueueBacklogHigh", service=service, role=role,
+        summary="Requests are queueing faster than the pool serves them.",
+        description=f"{where}: {{{{ $value | humanize }}}} requests wait per ready replica.",
+        tiers=(TierDef("warning", f"{ratio} > {_num(w)}", tiers.warning.for_, model(w)),
+               TierDef("critical", f"{ratio} > {_num(c)}", tiers.critical.for_, model(c))),
+        reads={waiting: _healthy_waiting(tiers), up: TARGETS},
+        levels={"warning": {waiting: _const(TARGETS * (w + c) / 2)},
+                "critical": {waiting: _const(TARGETS * c * 1.5)}},
+    )
+
+
+def _queue_growing_alert(service: ServiceSpec, role: Role, tiers: Any, healthy: float,
+                         where: str) -> AlertDef:
+    """Growth over 10 minutes, per second: ``(q - q offset 10m) / 600``, exact and cheap."""
+    waiting = recorded_name(Signal.QUEUE_DEPTH)
+    sel = f"{waiting}{{{pool_matchers(service, role)}}}"
+    expr = f"({sel} - {sel} offset 10m) / 600"
+
+    def model(threshold: float) -> ValueFn:
+        def value(frame: Frame, minute: int) -> float | None:
+            now, before = frame.at(waiting, role, minute), frame.at(waiting, role, minute - 10)
+            if now is None or before is None or minute < 10:
+                return None
+            v = (now - before) / 600
+            return v if v > threshold else None
+        return value
+
+    w, c = tiers.warning.value, tiers.critical.value
+
+    def ramp(slope_per_s: float) -> Perturb:
+        return lambda m, h: h + slope_per_s * 60 * m
+
+    return AlertDef(
+        name="LLMQueueGrowing", service=service, role=role,
+        summary="The request queue keeps growing.",
+        description=f"{where}: the queue grew by {{{{ $value | humanize }}}} requests per "
+                    "second over the last 10 minutes.",
+        tiers=(TierDef("warning", f"{expr} > {_num(w)}", tiers.warning.for_, model(w)),
+               TierDef("critical", f"{expr} > {_num(c)}", tiers.critical.for_, model(c))),
+        reads={waiting: healthy},
+        levels={"warning": {waiting: ramp((w + c) / 2)},
+                "critical": {waiting: ramp(c * 2)}},
+    )
+
+
+def _prefix_drop_alert(settings: AlertSettings, service: ServiceSpec, role: Role,
+                       where: str) -> AlertDef:
+    tiers = settings.thresholds.prefix_cache_hit_drop
+    hit = recorded_name(Signal.PREFIX_CACHE_HIT_RATIO)
+    sel = f"{hit}{{{pool_matchers(service, role)}}}"
+    window = format_duration(settings.prefix_cache_baseline)
+    baseline = f"avg_over_time({sel}[{window}])"
+    expr = f"1 - {sel} / ({baseline} > 0.05)"
+    window_min = settings.prefix_cache_baseline // 60
+
+    def model(threshold: float) -> ValueFn:
+        def value(frame: Frame, minute: int) -> float | None:
+            now = frame.at(hit, role, minute)
+            samples = [frame.at(hit, role, m) for m in range(max(0, minute - window_min),
+                                                              minute + 1)]
+            seen = [s for s in samples if s is not None]
+            if now is None or not seen:
+                return None
+            base = sum(seen) / len(seen)
+            if not base > 0.05:
+                return None
+            v = 1 - now / base
+            return v if v > threshold else None
+        return value
+
+    w, c = tiers.warning.value, tiers.critical.value
+    healthy = 0.6
+    return AlertDef(
+        name="LLMPrefixCacheHitRateDropped", service=service, role=role,
+        summary="The prefix-cache hit rate fell well below its usual level.",
+        description=f"{where}: the prefix-cache hit rate is {{{{ $value | humanizePercentage }}}}"
+                    f" below its {window} average; prompts are being recomputed (routing or "
+                    "cache eviction changed?).",
+        tiers=(TierDef("warning", f"{expr} > {_num(w)}", tiers.warning.for_, model(w)),
+               TierDef("critical", f"{expr} > {_num(c)}", tiers.critical.for_, model(c))),
+        reads={hit: healthy},
+        # A drop a little past each level, so the baseline's slow slide keeps it there.
+        levels={"warning": {hit: _const(healthy * (1 - (w + (c - w) * 0.6)))},
+                "critical": {hit: _const(healthy * (1 - min(0.99, c + (1 - c) * 0.5)))}},
+        history_min=min(window_min, 120),
+        eval_step_min=5,
+    )
+
+
+def _xid_alert(settings: AlertSettings, service: ServiceSpec, role: Role) -> AlertDef:
+    th = settings.thresholds
+    xid = recorded_name(Signal.GPU_XID_ERRORS)
+    sel = f"{xid}{{{pool_matchers(service, role)}}}"
+    codes = tuple(sorted(set(th.xid_critical_codes)))
+    critical_expr = " or ".join(f"{sel} == {code}" for code in codes)
+
+    def any_code(frame: Frame, minute: int) -> float | None:
+        v = frame.at(xid, role, minute)
+        return v if v is not None and v > 0 else None
+
+    def critical_code(frame: Frame, minute: int) -> float | None:
+        v = frame.at(xid, role, minute)
+        return v if v is not None and v in codes else None
+
+    non_critical = next(c for c in (13, 31, 43, 45, 1, 2, 3) if c not in codes)
+    return AlertDef(
+        name="LLMGPUXidError", service=service, role=role,
+        summary="A GPU reported an XID error.",
+        description="{{ $labels.namespace }}/{{ $labels.pod }} GPU {{ $labels.gpu }} "
+                    "reported XID {{ $value }}; critical codes mean the instance should be "
+                    "drained and its node checked.",
+        tiers=(TierDef("warning", f"{sel} > 0", th.xid_error.warning.for_, any_code),
+               TierDef("critical", critical_expr, th.xid_error.critical.for_, critical_code)),
+        reads={xid: 0},
+        levels={"warning": {xid: _const(non_critical)}, "critical": {xid: _const(codes[0])}},
+        series_labels={"pod": f"{service.pools[role].target.name}-0", "gpu": "0"},
+    )
+
+
+def _target_down_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> AlertDef:
+    up, count = recorded_name(Signal.TARGETS_UP), recorded_name(Signal.TARGETS)
+    m = pool_matchers(service, role)
+    expr = f"1 - {up}{{{m}}} / {count}{{{m}}}"
+
+    def model(threshold: float) -> ValueFn:
+        def value(frame: Frame, minute: int) -> float | None:
+            u, n = frame.at(up, role, minute), frame.at(count, role, minute)
+            if u is None or n is None or n == 0:
+                return None
+            v = 1 - u / n
+            return v if v > threshold else None
+        return value
+
+    w, c = tiers.warning.value, tiers.critical.value
+    targets = TARGETS
+    return AlertDef(
+        name="LLMPoolTargetDown", service=service, role=role,
+        summary="Replicas of the pool cannot be scraped.",
+        description=f"{where}: {{{{ $value | humanizePercentage }}}} of the pool's targets are "
+                    "down.",
+        tiers=(TierDef("warning", f"{expr} > {_num(w)}", tiers.warning.for_, model(w)),
+               TierDef("critical", f"{expr} > {_num(c)}", tiers.critical.for_, model(c))),
+        reads={up: targets, count: targets},
+        levels={"warning": {up: _const(targets * (1 - (w + c) / 2))},
+                "critical": {up: _const(targets * (1 - (c + 1) / 2))}},
+    )
+
+
+def _absent_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> AlertDef:
+    waiting = recorded_name(Signal.QUEUE_DEPTH)
+    expr = f"absent({waiting}{{{pool_matchers(service, role)}}})"
+
+    def value(frame: Frame, minute: int) -> float | None:
+        return 1.0 if frame.at(waiting, role, minute) is None else None
+
+    return AlertDef(
+        name="LLMPoolMetricsAbsent", service=service, role=role,
+        summary="The pool exports no engine metrics.",
+        description=f"{where}: no engine metrics for the pool; pdscale cannot see its load "
+                    "and holds its size.",
+        tiers=(TierDef("warning", expr, tiers.warning.for_, value),
+               TierDef("critical", expr, tiers.critical.for_, value)),
+        reads={waiting: None},
+        levels={"warning": {waiting: _stale}, "critical": {waiting: _stale}},
+        escalates_by_duration=True,
+    )
+
+
+def _scaling_stuck_alert(service: ServiceSpec, role: Role, tiers: Any, cold_start_s: int,
+                         where: str) -> AlertDef:
+    desired = "pdscale_desired_replicas"
+    ready = "pdscale_ready_replicas"
+    m = pool_matchers(service, role)
+    expr = f"{desired}{{{m}}} > {ready}{{{m}}}"
+
+    def value(frame: Frame, minute: int) -> float | None:
+        d, r = frame.at(desired, role, minute), frame.at(ready, role, minute)
+        return d if d is not None and r is not None and d > r else None
+
+    def for_of(multiple: float) -> int:
+        return max(60, math.ceil(multiple * cold_start_s / 60) * 60)
+
+    wf, cf = for_of(tiers.warning.value), for_of(tiers.critical.value)
+    return AlertDef(
+        name="LLMPoolScalingStuck", service=service, role=role,
+        summary="The pool has had fewer ready replicas than desired for several cold starts.",
+        description=f"{where}: {{{{ $value }}}} replicas desired but fewer are ready after "
+                    f"{format_duration(wf)} (cold start {format_duration(cold_start_s)}); "
+                    "check pending pods, quota and image pulls.",
+        tiers=(TierDef("warning", expr, wf, value), TierDef("critical", expr, cf, value)),
+        reads={desired: 2, ready: 2},
+        levels={"warning": {desired: _const(3)}, "critical": {desired: _const(3)}},
+        escalates_by_duration=True,
+    )
+
+
+def _control_plane_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> AlertDef:
+    last = "pdscale_last_decision_timestamp_seconds"
+    stale = "pdscale_data_staleness_seconds"
+    m = pool_matchers(service, role)
+
+    def expr(threshold: float) -> str:
+        t = _num(threshold)
+        return (f"(time() - {last}{{{m}}} > {t}) or "
+                f"(max without (signal) ({stale}{{{m}}}) > {t}) or absent({last}{{{m}}})")
+
+    def model(threshold: float) -> ValueFn:
+        def value(frame: Frame, minute: int) -> float | None:
+            ts = frame.at(last, role, minute)
+            if ts is None:
+                return 1.0
+            age = minute * 60 - ts
+            if age > threshold:
+                return age
+            s = frame.at(stale, role, minute)
+            return s if s is not None and s > threshold else None
+        return value
+
+    w, c = tiers.warning.value, tiers.critical.value
+    return AlertDef(
+        name="PDScaleControlPlaneDegraded", service=service, role=role,
+        summary="pdscale is not deciding on fresh data.",
+        description=f"{where}: the controller's last decision or input data is "
+                    "{{ $value | humanizeDuration }} old; it holds replicas and never scales "
+                    "down until data returns.",
+        tiers=(TierDef("warning", expr(w), tiers.warning.for_, model(w)),
+               TierDef("critical", expr(c), tiers.critical.for_, model(c))),
+        reads={last: "time", stale: 5.0},
+        levels={"warning": {stale: _const((w + c) / 2)}, "critical": {stale: _const(c * 1.5)}},
+    )
+
+
+_BURN_WINDOWS: tuple[tuple[Severity, str, str, str, int], ...] = (
+    # severity, long window, short window, `for`; factors come from the spec in this order.
+    ("critical", "1h", "5m", "2m", 0),
+    ("critical", "6h", "30m", "15m", 1),
+    ("warning", "1d", "2h", "1h", 2),
+    ("warning", "3d", "6h", "3h", 3),
+)
+
+
+def _burn_rate_alerts(settings: AlertSettings, service: ServiceSpec, role: Role,
+                      where: str) -> list[AlertDef]:
+    kind = "ttft" if role is Role.PREFILL else "itl"
+    if slo_error_ratio_expr(service, kind, "5m") is None:
+        return []
+    budget = 1 - service.slo.objective
+    what = "time to first token" if kind == "ttft" else "inter-token latency"
+    m = pool_matchers(service, role)
+    factors = settings.thresholds.burn_rate_factors
+    tiers = []
+    for severity, long, short, for_, index in _BURN_WINDOWS:
+        threshold = factors[index] * budget
+        lr, sr = slo_error_ratio_record(kind, long), slo_error_ratio_record(kind, short)  # type: ignore[arg-type]
+        expr = f"{lr}{{{m}}} > {_num(threshold)} and {sr}{{{m}}} > {_num(threshold)}"
+
+        def value(frame: Frame, minute: int, lr: str = lr, sr: str = sr,
+                  threshold: float = threshold) -> float | None:
+            a, b = frame.at(lr, role, minute), frame.at(sr, role, minute)
+            return a if a is not None and b is not None and a > threshold and b > threshold \
+                else None
+
+        tiers.append(TierDef(
+            severity, expr, parse_duration(for_), value, labels={"long": long, "short": short},
+            description=f"{where}: {{{{ $value | humanizePercentage }}}} of requests missed the "
+                        f"{what} SLO over {long} (and over {short}), {factors[index]:g} times "
+                        f"the rate that spends the {format_duration(service.slo.window)} error "
+                        f"budget of {budget * 100:g}%."))
+    name = "LLMTimeToFirstTokenSLOBudgetBurn" if kind == "ttft" \
+        else "LLMInterTokenLatencySLOBudgetBurn"
+    records = [slo_error_ratio_record(kind, w) for w in SLO_WINDOWS]  # type: ignore[arg-type]
+    healthy = budget * 0.1
+    warn_level = budget * (factors[2] + factors[1]) / 2
+    crit_level = min(1.0, budget * factors[0] * 1.5)
+    return [AlertDef(
+        name=name, service=service, role=role,
+        summary=f"The {what} SLO's error budget is burning fast.",
+        description=f"{where}: requests miss the {what} SLO fast enough to spend the error "
+                    "budget early.",
+        tiers=tuple(tiers),
+        reads=dict.fromkeys(records, healthy),
+        levels={"warning": {r: _const(warn_level) for r in records},
+                "critical": {r: _const(crit_level) for r in records}},
+        eval_step_min=5,
+    )]
+
+
+def alerting_groups(spec: Spec) -> list[Rule]:
+    """One group per service, every alert in both tiers, as Prometheus rule dicts."""
+    by_service: dict[str, list[Rule]] = {s.name: [] for s in spec.services}
+    for d in alert_defs(spec):
+        by_service[d.service.name].extend(render_alert(spec.alerts, d))
+    return [{"name": f"pdscale.{name}.alerts", "rules": rules}
+            for name, rules in by_service.items()]
+
+
+def alert_labels(settings: AlertSettings, d: AlertDef, tier: TierDef) -> dict[str, str]:
+    labels = dict(settings.extra_labels)
+    labels.update(pool_labels(d.service, d.role))
+    labels.update(tier.labels)
+    labels["severity"] = tier.severity
+    return labels
+
+
+def alert_annotations(settings: AlertSettings, d: AlertDef,
+                      tier: TierDef) -> dict[str, str]:
+    return {
+        "summary": d.summary,
+        "description": tier.description or d.description,
+        "runbook_url": settings.runbook_url(d.name),
+    }
+
+
+def render_alert(settings: AlertSettings, d: AlertDef) -> list[Rule]:
+    rules = []
+    for tier in d.tiers:
+        rule: Rule = {"alert": d.name, "expr": tier.expr}
+        if tier.for_s:
+            rule["for"] = format_duration(tier.for_s)
+        rule["labels"] = alert_labels(settings, d, tier)
+        rule["annotations"] = alert_annotations(settings, d, tier)
+        rules.append(rule)
+    return rules

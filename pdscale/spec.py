@@ -1,0 +1,654 @@
+"""The user's spec: one YAML file that drives the controller, the alerts and the dashboards.
+
+Design: the YAML becomes frozen pydantic models at load (structure, types, ranges), then a
+second pass of cross-field checks runs over the same raw data tolerantly, so that one run of
+``pdscale validate`` reports every problem at once, each with the field path, what was
+expected, what was given and how to fix it. Nothing the user wrote is silently rewritten:
+derived values (a default pod regex from the scale target's name, tier thresholds given as
+multiples of the SLO) are computed by properties, never stored back over the input.
+
+Engine facts needed to validate a spec (the default latency histogram buckets of each engine)
+live here rather than in ``telemetry`` because the spec is the bottom layer: everything else
+imports it (shared/DESIGN.md, "Packages").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "ENGINE_HISTOGRAM_BUCKETS",
+    "AlertSettings",
+    "AlertThresholds",
+    "DashboardSettings",
+    "DynamoSettings",
+    "Engine",
+    "PoolSelector",
+    "PoolSpec",
+    "Role",
+    "ScaleTarget",
+    "ServiceSpec",
+    "SLOSpec",
+    "Spec",
+    "SpecError",
+    "SpecProblem",
+    "Tier",
+    "TieredThreshold",
+    "format_duration",
+    "load_spec",
+    "parse_duration",
+    "parse_spec",
+]
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    DYNAMO = "dynamo"
+    TGI = "tgi"
+
+
+class Role(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+# Default latency histogram buckets (seconds) as the engines export them. vLLM: V1 engine
+# (shared/REFERENCE.md §1). SGLang: TokenizerMetricsCollector defaults in
+# python/sglang/srt/metrics/collector.py; both can be changed on the engine's command line,
+# which is why a service may override them in its spec. Dynamo and TGI: not known here, so no
+# boundary check is made unless the spec states the buckets.
+ENGINE_HISTOGRAM_BUCKETS: dict[Engine, dict[str, tuple[float, ...]]] = {
+    Engine.VLLM: {
+        "ttft": (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+        "itl": (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0),
+    },
+    Engine.SGLANG: {
+        "ttft": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
+                 80.0, 100.0, 200.0, 400.0),
+        "itl": (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+                0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0),
+    },
+    Engine.DYNAMO: {},
+    Engine.TGI: {},
+}
+
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# RE2 metacharacters; re.escape would also escape '-', which reads badly in PromQL.
+_RE_META = re.compile(r"([.^$*+?()\[\]{}|\\])")
+_LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def parse_duration(value: object) -> int:
+    """Parse a Prometheus-style duration ("90s", "5m", "1h30m") or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as '5m' or a number of seconds, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(f"expected a non-negative duration, got {value!r}")
+        return int(round(value))
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration such as '5m' or a number of seconds, got {value!r}")
+    text = value.strip()
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += int(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
+        pos = match.end()
+    if not text or pos != len(text):
+        raise ValueError(
+            f"expected a duration such as '30s', '5m' or '1h30m' (units ms, s, m, h, d, w), "
+            f"got {value!r}"
+        )
+    return int(round(total))
+
+
+def format_duration(seconds: int | float) -> str:
+    """Seconds as the shortest exact Prometheus duration: 600 -> '10m', 5400 -> '1h30m'."""
+    remaining = int(round(seconds))
+    if remaining == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, remaining = divmod(remaining, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SLOSpec(_Model):
+    """Latency SLOs of a service; each threshold must sit on a histogram bucket boundary."""
+
+    ttft_p95_s: float = Field(gt=0, description="Time to first token, 95th percentile, seconds")
+    itl_p95_s: float = Field(gt=0, description="Inter-token latency, 95th percentile, seconds")
+    objective: float = Field(
+        default=0.99, gt=0, lt=1, description="Share of requests that must meet both thresholds"
+    )
+    window: Duration = Field(default=30 * 86400, description="SLO compliance window")
+
+
+class PoolSelector(_Model):
+    """How to find a pool's series in Prometheus.
+
+    Kubernetes scrapes label every series with ``namespace`` and ``pod``; the pod regex (by
+    default ``<scale target name>-.*``) selects the pool's engine and DCGM GPU series alike.
+    ``match_labels`` adds exact label matchers for engine series (for labels that relabelling
+    copies from the pod, such as ``role``). ``dynamo_component`` selects Dynamo workers.
+    """
+
+    pod_regex: str | None = Field(default=None, description="Regex on the pod label")
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    dynamo_component: str | None = None
+
+
+class ScaleTarget(_Model):
+    """The Kubernetes object whose ``/scale`` subresource sets the pool's replicas."""
+
+    api_version: str = "apps/v1"
+    kind: str = "Deployment"
+    name: str
+
+
+class PoolSpec(_Model):
+    selector: PoolSelector = Field(default_factory=PoolSelector)
+    target: ScaleTarget
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    gpus_per_replica: int = Field(default=1, ge=1)
+    cold_start: Duration = Field(default=60, description="Estimated time to a ready replica")
+    profile: str = Field(default="h100-80gb-llama-3.1-8b", min_length=1)
+
+    @property
+    def pod_regex(self) -> str:
+        if self.selector.pod_regex is not None:
+            return self.selector.pod_regex
+        return _RE_META.sub(r"\\\1", self.target.name) + "-.*"
+
+
+class DynamoSettings(_Model):
+    """Where a Dynamo deployment's series are: its namespace label and its worker engine."""
+
+    namespace: str = Field(min_length=1, description="Value of the dynamo_namespace label")
+    backend: Literal["vllm", "sglang"] = "vllm"
+
+
+class ServiceSpec(_Model):
+    name: str
+    namespace: str
+    engine: Engine
+    model_name: str = Field(min_length=1)
+    slo: SLOSpec
+    priority: float = Field(default=1.0, gt=0, description="Weight in the shared GPU budget")
+    dynamo: DynamoSettings | None = None
+    histogram_buckets: dict[Literal["ttft", "itl"], tuple[float, ...]] = Field(
+        default_factory=dict,
+        description="Override the engine's latency buckets when the engine was started with "
+        "custom ones",
+    )
+    pools: dict[Role, PoolSpec]
+
+    def buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...] | None:
+        """The latency histogram buckets for this service, or None where not known."""
+        if kind in self.histogram_buckets:
+            return self.histogram_buckets[kind]
+        return ENGINE_HISTOGRAM_BUCKETS[self.engine].get(kind)
+
+    @property
+    def prefill(self) -> PoolSpec:
+        return self.pools[Role.PREFILL]
+
+    @property
+    def decode(self) -> PoolSpec:
+        return self.pools[Role.DECODE]
+
+
+class Tier(_Model):
+    value: float
+    for_: Duration = Field(alias="for")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TieredThreshold(_Model):
+    """A warning and a critical level of one alert; higher values are worse."""
+
+    warning: Tier
+    critical: Tier
+
+
+def _tiers(warning: float, warning_for: str, critical: float, critical_for: str) -> Any:
+    return Field(
+        default_factory=lambda: TieredThreshold(
+            warning=Tier(value=warning, for_=parse_duration(warning_for)),
+            critical=Tier(value=critical, for_=parse_duration(critical_for)),
+        )
+    )
+
+
+class AlertThresholds(_Model):
+    """Per-alert tiers. Units are in each field's docstring; every threshold rises with
+    severity, so critical.value must be more than warning.value."""
+
+    ttft_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
+    """TTFT p95 as a multiple of the SLO threshold."""
+    itl_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
+    """ITL p95 as a multiple of the SLO threshold."""
+    queue_backlog: TieredThreshold = _tiers(5, "10m", 20, "3m")
+    """Waiting requests per ready replica (llm-d saturates at 5)."""
+    queue_growing: TieredThreshold = _tiers(0.05, "15m", 0.5, "5m")
+    """Growth of the waiting queue, requests per second, over 10 minutes."""
+    prefix_cache_hit_drop: TieredThreshold = _tiers(0.3, "15m", 0.6, "5m")
+    """Relative drop of the prefix-cache hit rate below its trailing baseline (0-1)."""
+    kv_cache_usage: TieredThreshold = _tiers(0.9, "10m", 0.97, "3m")
+    """KV-cache usage of the fullest replica (0-1)."""
+    preemptions: TieredThreshold = _tiers(0.1, "10m", 1.0, "5m")
+    """Preemptions per second across the pool."""
+    error_ratio: TieredThreshold = _tiers(0.01, "10m", 0.05, "5m")
+    """Share of requests that fail."""
+    gpu_memory: TieredThreshold = _tiers(0.97, "15m", 0.99, "5m")
+    """Framebuffer memory used on the fullest GPU (0-1); engines preallocate about 0.9."""
+    gpu_temperature: TieredThreshold = _tiers(85, "10m", 92, "5m")
+    """Hottest GPU of the pool, degrees Celsius."""
+    target_down: TieredThreshold = _tiers(0.25, "10m", 0.5, "5m")
+    """Share of the pool's scrape targets that are down."""
+    scaling_stuck: TieredThreshold = _tiers(3, "0s", 6, "0s")
+    """Desired above ready for longer than this multiple of the pool's cold start (the `for`
+    of each tier is computed from it; the durations given here are ignored)."""
+    control_plane_stale: TieredThreshold = _tiers(120, "5m", 600, "5m")
+    """Seconds since the controller's last decision, or age of its input data."""
+    metrics_absent_for: TieredThreshold = _tiers(0, "10m", 0, "30m")
+    """Only the durations are used: how long a pool's metrics may be missing."""
+    xid_error: TieredThreshold = _tiers(0, "1m", 0, "1m")
+    """Only the durations are used: warning on any XID code, critical on xid_critical_codes."""
+    xid_critical_codes: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95, 119, 120)
+    """XID codes that page (double-bit ECC, row remapping, NVLink, fell off the bus, GSP)."""
+    burn_rate_factors: tuple[float, float, float, float] = (14.4, 6.0, 3.0, 1.0)
+    """Multi-window burn-rate factors for 1h/5m, 6h/30m, 1d/2h, 3d/6h (Google SRE workbook)."""
+
+
+class PrometheusRuleSettings(_Model):
+    name: str = "pdscale"
+    namespace: str = "monitoring"
+    labels: dict[str, str] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
+
+
+class WebhookSettings(_Model):
+    url: str = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
+    receiver: str = "pdscale"
+    send_resolved: bool = True
+
+
+class AlertSettings(_Model):
+    extra_labels: dict[str, str] = Field(default_factory=dict)
+    runbook_url_pattern: str = Field(
+        default="https://github.com/pdscale/pdscale/blob/main/docs/runbooks.md#{alertname}",
+        description="'{alertname}' is replaced by the lower-cased alert name",
+    )
+    thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+    prometheus_rule: PrometheusRuleSettings = Field(default_factory=PrometheusRuleSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    evaluation_interval: Duration = 30
+    prefix_cache_baseline: Duration = Field(
+        default=86400, description="Trailing window of the prefix-cache hit-rate baseline"
+    )
+
+    def runbook_url(self, alertname: str) -> str:
+        return self.runbook_url_pattern.replace("{alertname}", alertname.lower())
+
+
+class ConfigMapSettings(_Model):
+    namespace: str = "monitoring"
+    labels: dict[str, str] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
+
+
+class DashboardSettings(_Model):
+    uid_prefix: str = Field(default="pdscale", pattern=r"^[a-zA-Z0-9_-]{1,24}$")
+    title_prefix: str = "pdscale"
+    tags: tuple[str, ...] = ("pdscale", "llm")
+    refresh: str = "30s"
+    time_from: str = "now-6h"
+    folder: str = "pdscale"
+    configmap: ConfigMapSettings = Field(default_factory=ConfigMapSettings)
+
+
+class Spec(_Model):
+    version: Literal[1] = 1
+    services: tuple[ServiceSpec, ...] = Field(min_length=1)
+    gpu_budget: int | None = Field(default=None, ge=1, description="GPUs shared by all pools")
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    dashboards: DashboardSettings = Field(default_factory=DashboardSettings)
+
+    def service(self, name: str) -> ServiceSpec:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        known = ", ".join(s.name for s in self.services)
+        raise KeyError(f"no service named {name!r} in the spec; the services are: {known}")
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a spec: where, what was expected, what was given, how to fix it."""
+
+    path: str
+    expected: str
+    given: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: expected {self.expected}; got {self.given}. Fix: {self.fix}"
+
+
+class SpecError(Exception):
+    """The spec is invalid; ``problems`` lists every problem found. Give up: the user fixes it."""
+
+    def __init__(self, source: str, problems: Sequence[SpecProblem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        lines = [f"{source}: {len(self.problems)} problem(s) in the spec"]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file; raise SpecError listing every problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(
+            source,
+            [SpecProblem("(file)", "a readable YAML file", f"{exc.strerror or exc}",
+                         "check the path and its permissions")],
+        ) from exc
+    return parse_spec(text, source=source)
+
+
+def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
+        raise SpecError(
+            source,
+            [SpecProblem(where, "valid YAML", str(getattr(exc, "problem", exc)),
+                         "fix the YAML syntax at that position")],
+        ) from exc
+    if not isinstance(raw, dict):
+        raise SpecError(
+            source,
+            [SpecProblem("(document)", "a mapping with a 'services' list",
+                         _given(raw), "start from one of the files in examples/")],
+        )
+    problems: list[SpecProblem] = []
+    spec: Spec | None = None
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_from_pydantic(exc))
+    problems.extend(_cross_field_problems(raw))
+    if problems:
+        raise SpecError(source, _dedupe(problems))
+    assert spec is not None
+    return spec
+
+
+def _dedupe(problems: Sequence[SpecProblem]) -> list[SpecProblem]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in problems:
+        key = (p.path, p.expected)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _given(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+_FIXES = {
+    "missing": "add the field",
+    "extra_forbidden": "remove the field or check its spelling against examples/",
+    "enum": "use one of the listed values",
+    "literal_error": "use one of the listed values",
+    "greater_than": "raise the value",
+    "greater_than_equal": "raise the value",
+    "less_than": "lower the value",
+    "less_than_equal": "lower the value",
+    "too_short": "add at least one entry",
+}
+
+
+def _from_pydantic(exc: ValidationError) -> list[SpecProblem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        kind = err["type"]
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        given = "nothing" if kind == "missing" else _given(err.get("input"))
+        fix = _FIXES.get(kind, "correct the value")
+        if kind == "extra_forbidden":
+            msg = "no such field"
+        problems.append(SpecProblem(_path(loc), msg[0].lower() + msg[1:], given, fix))
+    return problems
+
+
+def _cross_field_problems(raw: Mapping[str, Any]) -> list[SpecProblem]:
+    """Checks across fields, run over the raw data so they report alongside type errors.
+
+    Each check looks only at values that are well-formed; malformed ones are already reported
+    by the structural pass.
+    """
+    problems: list[SpecProblem] = _threshold_problems(raw)
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return problems
+    seen_names: dict[str, int] = {}
+    seen_targets: dict[tuple[str, str, str], str] = {}
+    for i, svc in enumerate(services):
+        if not isinstance(svc, dict):
+            continue
+        where = f"services[{i}]"
+        name = svc.get("name")
+        if isinstance(name, str):
+            if not _NAME_RE.match(name):
+                problems.append(SpecProblem(
+                    f"{where}.name", "a DNS-1123 label (lower-case letters, digits, '-')",
+                    _given(name), "rename the service, e.g. 'llama-chat'"))
+            if name in seen_names:
+                problems.append(SpecProblem(
+                    f"{where}.name", "a service name used once",
+                    f"{name!r}, already used by services[{seen_names[name]}]",
+                    "give each service its own name"))
+            else:
+                seen_names[name] = i
+        namespace = svc.get("namespace")
+        if isinstance(namespace, str) and not _NAME_RE.match(namespace):
+            problems.append(SpecProblem(
+                f"{where}.namespace", "a Kubernetes namespace name", _given(namespace),
+                "use the namespace the pools run in"))
+        engine = _engine(svc.get("engine"))
+        problems.extend(_slo_bucket_problems(svc, engine, where))
+        problems.extend(_dynamo_problems(svc, engine, where))
+        pools = svc.get("pools")
+        if isinstance(pools, dict):
+            for role in Role:
+                if role.value not in pools:
+                    problems.append(SpecProblem(
+                        f"{where}.pools.{role.value}", "a pool (P/D serving has both roles)",
+                        "nothing", f"add a '{role.value}' pool"))
+            for role_name, pool in pools.items():
+                if isinstance(pool, dict):
+                    problems.extend(_pool_problems(
+                        pool, f"{where}.pools.{role_name}", namespace, seen_targets))
+    return problems
+
+
+def _engine(value: object) -> Engine | None:
+    try:
+        return Engine(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _slo_bucket_problems(svc: Mapping[str, Any], engine: Engine | None,
+                         where: str) -> list[SpecProblem]:
+    slo = svc.get("slo")
+    if not isinstance(slo, dict) or engine is None:
+        return []
+    overrides = svc.get("histogram_buckets") if isinstance(svc.get("histogram_buckets"), dict) \
+        else {}
+    problems = []
+    for kind, field in (("ttft", "ttft_p95_s"), ("itl", "itl_p95_s")):
+        threshold = slo.get(field)
+        if not isinstance(threshold, int | float) or isinstance(threshold, bool):
+            continue
+        override = overrides.get(kind)
+        buckets: tuple[float, ...] | None
+        if isinstance(override, list) and all(isinstance(b, int | float) for b in override):
+            buckets = tuple(float(b) for b in override)
+            source = f"{where}.histogram_buckets.{kind}"
+        else:
+            buckets = ENGINE_HISTOGRAM_BUCKETS[engine].get(kind)
+            source = f"{engine.value}'s default {kind.upper()} histogram"
+        if buckets is None:
+            continue
+        if any(math.isclose(threshold, b, rel_tol=1e-9) for b in buckets):
+            continue
+        below = [b for b in buckets if b < threshold]
+        above = [b for b in buckets if b > threshold]
+        near = ", ".join(_fmt(b) for b in ([below[-1]] if below else []) +
+                         ([above[0]] if above else []))
+        problems.append(SpecProblem(
+            f"{where}.slo.{field}",
+            f"a bucket boundary of {source}, so the SLO can be read exactly",
+            f"{_fmt(float(threshold))} (nearest boundaries: {near})",
+            "use one of the nearest boundaries, or set histogram_buckets if the engine was "
+            "started with custom buckets"))
+    return problems
+
+
+def _dynamo_problems(svc: Mapping[str, Any], engine: Engine | None,
+                     where: str) -> list[SpecProblem]:
+    has = svc.get("dynamo") is not None
+    if engine is Engine.DYNAMO and not has:
+        return [SpecProblem(f"{where}.dynamo", "a 'dynamo' section for engine 'dynamo'",
+                            "nothing", "add dynamo: {namespace: <dynamo_namespace label>, "
+                            "backend: vllm}")]
+    if engine is not None and engine is not Engine.DYNAMO and has:
+        return [SpecProblem(f"{where}.dynamo", "no 'dynamo' section unless engine is 'dynamo'",
+                            "a 'dynamo' section", "remove it or set engine: dynamo")]
+    return []
+
+
+def _pool_problems(pool: Mapping[str, Any], where: str, namespace: object,
+                   seen_targets: dict[tuple[str, str, str], str]) -> list[SpecProblem]:
+    problems = []
+    lo, hi = pool.get("min_replicas", 1), pool.get("max_replicas")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        problems.append(SpecProblem(
+            f"{where}.min_replicas", f"at most max_replicas ({hi})", str(lo),
+            "lower min_replicas or raise max_replicas"))
+    selector = pool.get("selector")
+    if isinstance(selector, dict):
+        regex = selector.get("pod_regex")
+        if isinstance(regex, str):
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                problems.append(SpecProblem(
+                    f"{where}.selector.pod_regex", "a valid regular expression",
+                    f"{regex!r} ({exc})", "fix the expression (Prometheus uses RE2 syntax)"))
+        labels = selector.get("match_labels")
+        if isinstance(labels, dict):
+            for key in labels:
+                if not isinstance(key, str) or not _LABEL_NAME_RE.match(key):
+                    problems.append(SpecProblem(
+                        f"{where}.selector.match_labels", "Prometheus label names",
+                        _given(key), "use letters, digits and '_' only"))
+    target = pool.get("target")
+    if isinstance(target, dict) and isinstance(target.get("name"), str):
+        key = (str(namespace), str(target.get("kind", "Deployment")), target["name"])
+        if key in seen_targets:
+            problems.append(SpecProblem(
+                f"{where}.target", "a scale target used by one pool only",
+                f"{key[1]}/{key[2]} in {key[0]}, already used by {seen_targets[key]}",
+                "point each pool at its own object"))
+        else:
+            seen_targets[key] = where
+    return problems
+
+
+_DURATION_ONLY_THRESHOLDS = frozenset({"metrics_absent_for", "xid_error"})
+
+
+def _threshold_problems(raw: Mapping[str, Any]) -> list[SpecProblem]:
+    alerts = raw.get("alerts")
+    thresholds = alerts.get("thresholds") if isinstance(alerts, dict) else None
+    if not isinstance(thresholds, dict):
+        return []
+    problems = []
+    defaults = AlertThresholds()
+    for name, tiers in thresholds.items():
+        default = getattr(defaults, name, None)
+        if not isinstance(tiers, dict) or not isinstance(default, TieredThreshold):
+            continue
+        values = {}
+        for tier in ("warning", "critical"):
+            given = tiers.get(tier, {})
+            value = given.get("value") if isinstance(given, dict) else None
+            values[tier] = value if isinstance(value, int | float) else \
+                getattr(default, tier).value
+        if name in _DURATION_ONLY_THRESHOLDS:
+            continue
+        if values["critical"] <= values["warning"]:
+            problems.append(SpecProblem(
+                f"alerts.thresholds.{name}.critical.value",
+                f"more than the warning value ({_fmt(values['warning'])}): higher is worse",
+                _fmt(values["critical"]), "swap the two values or raise the critical one"))
+    return problems
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"

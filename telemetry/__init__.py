@@ -1,0 +1,43 @@
+"""Telemetry: the signal catalog (engine metrics as PromQL for each pool).
+
+The Prometheus reader and OpenTelemetry self-instrumentation join this package with the
+controller (shared/DESIGN.md).
+"""
+
+from telemetry._catalog import (
+    CONTROL_PLANE_METRICS,
+    KNOWN_METRICS,
+    POOL_LABELS,
+    SLO_WINDOWS,
+    Signal,
+    SignalDef,
+    UnknownSignal,
+    engine_signals,
+    le_matcher,
+    metric_names_in,
+    pool_expr,
+    pool_query,
+    recorded_name,
+    signal_def,
+    slo_error_ratio_expr,
+    slo_error_ratio_record,
+)
+
+__all__ = [
+    "CONTROL_PLANE_METRICS",
+    "KNOWN_METRICS",
+    "POOL_LABELS",
+    "SLO_WINDOWS",
+    "Signal",
+    "SignalDef",
+    "UnknownSignal",
+    "engine_signals",
+    "le_matcher",
+    "metric_names_in",
+    "pool_expr",
+    "pool_query",
+    "recorded_name",
+    "signal_def",
+    "slo_error_ratio_expr",
+    "slo_error_ratio_record",
+]
