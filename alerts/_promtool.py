@@ -15,6 +15,7 @@ from the rule's own label matchers.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -169,10 +170,16 @@ def _healthy_at(value: Any, minute: int) -> float:
 
 def _timeline(healthy: Mapping[SeriesKey, Any], d: AlertDef, severity: Severity,
               end: int) -> dict[SeriesKey, list[float | None]]:
+    """Per-minute values of the series this alert reads (the others stay at baseline)."""
     H = d.history_min  # noqa: N806 - the scenario's start minute, named as in the docs
     series: dict[SeriesKey, list[float | None]] = {}
-    for key, value in healthy.items():
-        series[key] = [_healthy_at(value, m) for m in range(end + 1)]
+    for name in d.reads:
+        key = (name, d.role)
+        value = healthy[key]
+        if value == "time":
+            series[key] = [float(m * 60) for m in range(end + 1)]
+        else:
+            series[key] = [_healthy_at(value, 0)] * (end + 1)
     for name, perturb in d.levels[severity].items():
         key = (name, d.role)
         at_h = _healthy_at(healthy[key], H)
@@ -181,6 +188,13 @@ def _timeline(healthy: Mapping[SeriesKey, Any], d: AlertDef, severity: Severity,
             v = perturb(m - H, at_h)
             values[m] = None if v is None else float(v)
     return series
+
+
+def _baseline_values(value: Any, end: int) -> str:
+    """The expanding notation of an unperturbed series over ``end + 1`` minutes."""
+    if value == "time":
+        return f"0+60x{end}"
+    return f"{_num(_healthy_at(value, 0))}x{end}"
 
 
 Sim = dict[int, tuple[bool, float | None]]
@@ -204,24 +218,13 @@ def _simulate(tier: TierDef, frame: Frame, end: int, step: int) -> Sim:
 
 def _fmt_values(values: Sequence[float | None]) -> str:
     tokens: list[str] = []
-    i = 0
-    while i < len(values):
-        v = values[i]
-        if v is None:
-            tokens.append("_")
-            i += 1
-            continue
-        if math.isnan(v):
-            tokens.append("stale")
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(values) and values[j + 1] is not None and values[j + 1] == v \
-                and not math.isnan(values[j + 1]):  # type: ignore[arg-type]
-            j += 1
-        text = _num(v)
-        tokens.append(text if j == i else f"{text}x{j - i}")
-        i = j + 1
+    for value, run in itertools.groupby(values, key=lambda v: "_" if v is None else
+                                        "stale" if math.isnan(v) else _num(v)):
+        n = sum(1 for _ in run)
+        if value in ("_", "stale"):
+            tokens.extend([value] * n)
+        else:
+            tokens.append(value if n == 1 else f"{value}x{n - 1}")
     return " ".join(tokens)
 
 
@@ -262,11 +265,14 @@ def _expected(spec: Spec, d: AlertDef, sims: Sequence[tuple[TierDef, Sim]],
     return out
 
 
-def _scenario_test(spec: Spec, d: AlertDef, defs: Sequence[AlertDef],
+Baseline = tuple[dict[SeriesKey, Any], dict[SeriesKey, dict[str, str]]]
+
+
+def _scenario_test(spec: Spec, d: AlertDef, baseline: Baseline,
                    severity: Severity) -> dict[str, Any]:
     H = d.history_min  # noqa: N806
     step = d.eval_step_min
-    healthy, labels = _baseline(defs)
+    healthy, labels = baseline
     longest = max(t.for_s for t in d.tiers) // 60
     end = H + longest + 3 * step + 10
     series = _timeline(healthy, d, severity, end)
@@ -304,9 +310,10 @@ def _scenario_test(spec: Spec, d: AlertDef, defs: Sequence[AlertDef],
         "alertname": d.name,
         "exp_alerts": _expected(spec, d, sims, m),
     } for m in sorted(checks)]
-    inputs = [{"series": _series_text(name, labels[(name, role)]),
-               "values": _fmt_values(values)}
-              for (name, role), values in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1].value))]
+    inputs = []
+    for key in sorted(healthy, key=lambda k: (k[0], k[1].value)):
+        values = _fmt_values(series[key]) if key in series else _baseline_values(healthy[key], end)
+        inputs.append({"series": _series_text(key[0], labels[key]), "values": values})
     return {
         "name": where,
         "interval": "1m",
@@ -442,6 +449,7 @@ def unit_tests(spec: Spec, rule_file_for: Mapping[str, str]) -> dict[str, dict[s
     out: dict[str, dict[str, Any]] = {}
     for service in spec.services:
         mine = [d for d in defs if d.service.name == service.name]
+        baseline = _baseline(mine)
         by_step: dict[int, list[dict[str, Any]]] = {1: []}
         recording = _recording_test(service)
         if recording is not None:
@@ -450,7 +458,7 @@ def unit_tests(spec: Spec, rule_file_for: Mapping[str, str]) -> dict[str, dict[s
             scenarios = ("critical",) if d.escalates_by_duration else ("warning", "critical")
             for severity in scenarios:
                 by_step.setdefault(d.eval_step_min, []).append(
-                    _scenario_test(spec, d, mine, severity))  # type: ignore[arg-type]
+                    _scenario_test(spec, d, baseline, severity))  # type: ignore[arg-type]
         for step, tests in sorted(by_step.items()):
             if not tests:
                 continue

@@ -28,6 +28,8 @@ from pdscale.spec import (
     parse_duration,
 )
 from telemetry import (
+    SLO_OBJECTIVE_RECORD,
+    SLO_THRESHOLD_RECORD,
     SLO_WINDOWS,
     Signal,
     engine_signals,
@@ -49,6 +51,11 @@ class Frame:
 
     def __init__(self, series: Mapping[tuple[str, Role], list[float | None]]) -> None:
         self._series = series
+
+    def samples(self, name: str, role: Role, start: int, end: int) -> list[float]:
+        """Raw samples in minutes [start, end], as a range selector returns them."""
+        values = self._series.get((name, role)) or []
+        return [v for v in values[max(0, start):end + 1] if v is not None and not math.isnan(v)]
 
     def at(self, name: str, role: Role, minute: int) -> float | None:
         """The value Prometheus sees at ``minute``: the latest sample within the lookback;
@@ -145,6 +152,12 @@ def recording_groups(spec: Spec) -> list[Rule]:
                 })
         for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
             labels = pool_labels(service, role)
+            threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+            rules.append({"record": SLO_OBJECTIVE_RECORD,
+                          "expr": f"vector({_num(service.slo.objective)})",
+                          "labels": dict(labels)})
+            rules.append({"record": SLO_THRESHOLD_RECORD, "expr": f"vector({_num(threshold)})",
+                          "labels": dict(labels)})
             del labels["namespace"]
             for window in SLO_WINDOWS:
                 expr = slo_error_ratio_expr(service, kind, window)  # type: ignore[arg-type]
@@ -356,9 +369,7 @@ def _prefix_drop_alert(settings: AlertSettings, service: ServiceSpec, role: Role
     def model(threshold: float) -> ValueFn:
         def value(frame: Frame, minute: int) -> float | None:
             now = frame.at(hit, role, minute)
-            samples = [frame.at(hit, role, m) for m in range(max(0, minute - window_min),
-                                                              minute + 1)]
-            seen = [s for s in samples if s is not None]
+            seen = frame.samples(hit, role, minute - window_min, minute)
             if now is None or not seen:
                 return None
             base = sum(seen) / len(seen)

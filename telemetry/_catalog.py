@@ -37,6 +37,8 @@ __all__ = [
     "CONTROL_PLANE_METRICS",
     "KNOWN_METRICS",
     "POOL_LABELS",
+    "SLO_OBJECTIVE_RECORD",
+    "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
     "Signal",
     "SignalDef",
@@ -58,6 +60,11 @@ POOL_LABELS = ("pdscale_service", "pdscale_pool")
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 """Windows of the SLO error-ratio recording rules used by the multi-window burn-rate alerts."""
 
+SLO_OBJECTIVE_RECORD = "pdscale_pool:slo_objective:ratio"
+"""The SLO objective as a constant series per pool, so dashboards can compute burn rates."""
+SLO_THRESHOLD_RECORD = "pdscale_pool:slo_latency_threshold:seconds"
+"""The pool's latency SLO threshold (TTFT for prefill, ITL for decode) as a constant series."""
+
 
 class Signal(StrEnum):
     QUEUE_DEPTH = "queue_depth"
@@ -72,6 +79,7 @@ class Signal(StrEnum):
     PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     PREFIX_CACHE_HIT_RATIO = "prefix_cache_hit_ratio"
+    EXTERNAL_PREFIX_CACHE_HIT_RATIO = "external_prefix_cache_hit_ratio"
     KV_CACHE_USAGE_RATIO = "kv_cache_usage_ratio"
     KV_CACHE_USAGE_MAX_RATIO = "kv_cache_usage_max_ratio"
     PREEMPTIONS_PER_S = "preemptions_per_s"
@@ -144,6 +152,9 @@ _DEFS: tuple[SignalDef, ...] = (
        "Generated tokens per second"),
     _d(Signal.PREFIX_CACHE_HIT_RATIO, "pdscale_pool:prefix_cache_hits:ratio_rate5m",
        "percentunit", "Share of prompt tokens served from the prefix cache"),
+    _d(Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO,
+       "pdscale_pool:external_prefix_cache_hits:ratio_rate5m", "percentunit",
+       "Share of prompt tokens served from the cross-instance (KV-connector) cache"),
     _d(Signal.KV_CACHE_USAGE_RATIO, "pdscale_pool:kv_cache_usage:avg", "percentunit",
        "KV-cache usage, mean over replicas"),
     _d(Signal.KV_CACHE_USAGE_MAX_RATIO, "pdscale_pool:kv_cache_usage:max", "percentunit",
@@ -243,6 +254,9 @@ _VLLM: dict[Signal, str] = {
     Signal.GENERATION_TOKENS_PER_S: _rate("vllm:generation_tokens_total"),
     Signal.PREFIX_CACHE_HIT_RATIO: _ratio(_rate("vllm:prefix_cache_hits_total"),
                                           _rate("vllm:prefix_cache_queries_total")),
+    Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO: _ratio(
+        _rate("vllm:external_prefix_cache_hits_total"),
+        _rate("vllm:external_prefix_cache_queries_total")),
     Signal.KV_CACHE_USAGE_RATIO: "avg by (namespace) (vllm:kv_cache_usage_perc{$eng})",
     Signal.KV_CACHE_USAGE_MAX_RATIO: "max by (namespace) (vllm:kv_cache_usage_perc{$eng})",
     Signal.PREEMPTIONS_PER_S: _rate("vllm:num_preemptions_total"),
@@ -508,6 +522,7 @@ def _known_metrics() -> frozenset[str]:
             names |= {metric + "_bucket", metric + "_count"}
     names |= {d.series for d in _DEFS}
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
+    names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}
     return frozenset(names)
 
 

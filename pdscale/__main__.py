@@ -1,0 +1,5 @@
+import sys
+
+from pdscale.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""Writing generated output so that a failure never leaves a half-written folder.
+
+Everything is rendered in memory first; files go into a temporary sibling folder that is
+renamed over the target at the end. A target that exists must be empty or carry the marker
+file of an earlier pdscale run, so pointing ``--out`` at the wrong folder cannot delete a
+user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+MARKER = ".pdscale-generated"
+
+
+class OutputError(Exception):
+    """The output folder cannot be written; the message says why and what to do."""
+
+
+def write_tree(target: Path, files: Mapping[str, str]) -> None:
+    """Replace ``target`` with exactly ``files`` ({relative path: text}), atomically."""
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise OutputError(f"{target} exists and is not a folder; choose another --out")
+        entries = [p.name for p in target.iterdir()]
+        if entries and MARKER not in entries:
+            raise OutputError(
+                f"{target} is not empty and was not written by pdscale; choose a new or empty "
+                "folder for --out (pdscale replaces its output folder as a whole)")
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+    except OSError as exc:
+        raise OutputError(f"cannot create a folder in {parent}: {exc.strerror}; check the path "
+                          "and its permissions") from exc
+    try:
+        for rel, text in sorted(files.items()):
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        (staging / MARKER).write_text("This folder is replaced as a whole by pdscale.\n",
+                                      encoding="utf-8")
+        os.chmod(staging, 0o755)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
+            os.rename(target, old / "tree")
+            try:
+                os.rename(staging, target)
+            except OSError:
+                os.rename(old / "tree", target)  # put the previous output back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, target)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"cannot write {target}: {exc.strerror}; nothing was changed") from exc

@@ -1,0 +1,218 @@
+"""The ``pdscale`` command line.
+
+Exit codes: 0 success; 1 a failure while working (I/O); 2 bad input (an invalid spec, an
+unknown signal, a usage error). Heavy modules are imported inside the command that needs them,
+so ``pdscale --help`` and ``pdscale validate`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pdscale.spec import Role, Spec, SpecError, load_spec
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+_DESCRIPTION = """\
+pdscale: observability and forecast-driven autoscaling for prefill/decode disaggregated
+LLM serving (vLLM, SGLang, Dynamo, TGI on Kubernetes).
+
+One spec file describes your services, their prefill and decode pools and their SLOs; pdscale
+generates tiered Prometheus alerts (with promtool unit tests) and Grafana dashboards from it.
+"""
+
+_EPILOG = """\
+examples:
+  pdscale validate examples/vllm.yaml
+  pdscale generate all examples/vllm.yaml --out out/
+  pdscale generate alerts examples/sglang.yaml --out out/alerts
+  pdscale signals --engine vllm
+  pdscale query examples/vllm.yaml --service llama-chat --pool prefill --signal ttft_p95_s
+
+exit codes: 0 ok, 1 failure while working, 2 bad input (invalid spec, unknown signal)
+"""
+
+
+def _err(message: str) -> None:
+    print(f"pdscale: error: {message}", file=sys.stderr)
+
+
+def _load(path: str) -> Spec | None:
+    try:
+        return load_spec(path)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    pools = sum(len(s.pools) for s in spec.services)
+    print(f"{args.spec}: valid ({len(spec.services)} service(s), {pools} pool(s))")
+    return EXIT_OK
+
+
+def _generate(spec: Spec, what: str, source: str) -> dict[str, dict[str, str]]:
+    """Rendered output per subfolder, all in memory before anything is written."""
+    out: dict[str, dict[str, str]] = {}
+    if what in ("alerts", "all"):
+        from alerts import alert_files
+
+        out["alerts"] = alert_files(spec, source=source)
+    if what in ("dashboards", "all"):
+        from dashboards import dashboard_files
+
+        out["dashboards"] = dashboard_files(spec)
+    return out
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from pdscale._io import OutputError, write_tree
+
+    spec = _load(args.spec)
+    if spec is None:
+        print("nothing was written", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    started = time.perf_counter()
+    source = Path(args.spec).name
+    from alerts import ScenarioError
+
+    try:
+        rendered = _generate(spec, args.what, source)
+    except ScenarioError as exc:
+        _err(f"cannot generate promtool tests: {exc}. Nothing was written.")
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    try:
+        if args.what == "all":
+            for sub, files in rendered.items():
+                write_tree(out / sub, files)
+        else:
+            write_tree(out, rendered[args.what])
+    except OutputError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    elapsed = time.perf_counter() - started
+    for sub, files in rendered.items():
+        where = out / sub if args.what == "all" else out
+        print(f"{sub}: {len(files)} file(s) in {where}")
+    print(f"generated in {elapsed:.2f}s")
+    if "alerts" in rendered:
+        tests = out / "alerts" / "tests" if args.what == "all" else out / "tests"
+        print(f"check them: promtool check rules {tests.parent}/rules/*.yml && "
+              f"(cd {tests} && promtool test rules *.test.yml)")
+    return EXIT_OK
+
+
+def _cmd_signals(args: argparse.Namespace) -> int:
+    from pdscale.spec import Engine, ServiceSpec
+    from telemetry import engine_signals, signal_def
+
+    engines = [Engine(args.engine)] if args.engine else list(Engine)
+    for engine in engines:
+        probe = ServiceSpec.model_validate({
+            "name": "probe", "namespace": "default", "engine": engine.value, "model_name": "m",
+            "slo": {"ttft_p95_s": 0.5, "itl_p95_s": 0.05},
+            "dynamo": {"namespace": "probe"} if engine is Engine.DYNAMO else None,
+            "pools": {r.value: {"target": {"name": f"probe-{r.value}"}, "max_replicas": 1}
+                      for r in Role},
+        })
+        print(f"{engine.value}:")
+        for role in Role:
+            names = sorted(s.value for s in engine_signals(probe, role))
+            print(f"  {role.value}:")
+            for name in names:
+                d = signal_def(name)
+                print(f"    {name:<34} {d.series:<58} {d.help}")
+    return EXIT_OK
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from telemetry import UnknownSignal, pool_expr, pool_query
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    try:
+        service = spec.service(args.service)
+    except KeyError as exc:
+        _err(str(exc.args[0]))
+        return EXIT_BAD_INPUT
+    role = Role(args.pool)
+    try:
+        raw = pool_expr(args.signal, service, role, window=args.window)
+    except UnknownSignal as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    print(f"# raw, over {service.engine.value}'s series:\n{raw}")
+    matchers = f'pdscale_service="{service.name}",pdscale_pool="{role.value}"'
+    print(f"# recorded:\n{pool_query(args.signal, matchers=matchers)}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pdscale", description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("pdscale")
+    except PackageNotFoundError:  # running from a source tree without installing
+        ver = "unknown"
+    parser.add_argument("--version", action="version", version=f"pdscale {ver}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a spec and list every problem",
+                       description="Validate a spec; every problem is listed with its field "
+                                   "path, what was expected, what was given and how to fix it.")
+    p.add_argument("spec", help="path to the spec YAML")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("generate", help="generate alerts and/or dashboards from a spec",
+                       description="Generate Prometheus rules, a PrometheusRule, an "
+                                   "Alertmanager config and promtool tests (alerts), Grafana "
+                                   "dashboards and ConfigMaps (dashboards), or both (all). The "
+                                   "output folder is replaced as a whole, atomically; it must "
+                                   "be new, empty, or an earlier pdscale output.")
+    p.add_argument("what", choices=["alerts", "dashboards", "all"])
+    p.add_argument("spec", help="path to the spec YAML")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("signals", help="list the signals each engine provides",
+                       description="List the catalog: each engine's signals per pool role, "
+                                   "with the recorded series name pdscale uses for it.")
+    p.add_argument("--engine", choices=["vllm", "sglang", "dynamo", "tgi"])
+    p.set_defaults(func=_cmd_signals)
+
+    p = sub.add_parser("query", help="print the PromQL of one signal of one pool",
+                       description="Print a signal's PromQL for a pool: the raw expression "
+                                   "over the engine's series and the recorded series query.")
+    p.add_argument("spec", help="path to the spec YAML")
+    p.add_argument("--service", required=True)
+    p.add_argument("--pool", required=True, choices=[r.value for r in Role])
+    p.add_argument("--signal", required=True, help="signal name, see `pdscale signals`")
+    p.add_argument("--window", default="5m", help="rate window (default 5m)")
+    p.set_defaults(func=_cmd_query)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
