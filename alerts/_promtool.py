@@ -145,7 +145,11 @@ def _go_float(value: float) -> str:
 SeriesKey = tuple[str, Role]
 
 
-def _baseline(defs: Sequence[AlertDef]) -> tuple[dict[SeriesKey, Any], dict[SeriesKey, dict[str, str]]]:
+Baseline = tuple[dict[SeriesKey, Any], dict[SeriesKey, dict[str, str]]]
+"""Healthy value and labels of every series a service's alerts read."""
+
+
+def _baseline(defs: Sequence[AlertDef]) -> Baseline:
     healthy: dict[SeriesKey, Any] = {}
     labels: dict[SeriesKey, dict[str, str]] = {}
     for d in defs:
@@ -171,7 +175,7 @@ def _healthy_at(value: Any, minute: int) -> float:
 def _timeline(healthy: Mapping[SeriesKey, Any], d: AlertDef, severity: Severity,
               end: int) -> dict[SeriesKey, list[float | None]]:
     """Per-minute values of the series this alert reads (the others stay at baseline)."""
-    H = d.history_min  # noqa: N806 - the scenario's start minute, named as in the docs
+    H = d.history_min
     series: dict[SeriesKey, list[float | None]] = {}
     for name in d.reads:
         key = (name, d.role)
@@ -265,12 +269,9 @@ def _expected(spec: Spec, d: AlertDef, sims: Sequence[tuple[TierDef, Sim]],
     return out
 
 
-Baseline = tuple[dict[SeriesKey, Any], dict[SeriesKey, dict[str, str]]]
-
-
 def _scenario_test(spec: Spec, d: AlertDef, baseline: Baseline,
                    severity: Severity) -> dict[str, Any]:
-    H = d.history_min  # noqa: N806
+    H = d.history_min
     step = d.eval_step_min
     healthy, labels = baseline
     longest = max(t.for_s for t in d.tiers) // 60

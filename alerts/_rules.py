@@ -552,7 +552,7 @@ _BURN_WINDOWS: tuple[tuple[Severity, str, str, str, int], ...] = (
 
 def _burn_rate_alerts(settings: AlertSettings, service: ServiceSpec, role: Role,
                       where: str) -> list[AlertDef]:
-    kind = "ttft" if role is Role.PREFILL else "itl"
+    kind: Literal["ttft", "itl"] = "ttft" if role is Role.PREFILL else "itl"
     if slo_error_ratio_expr(service, kind, "5m") is None:
         return []
     budget = 1 - service.slo.objective
@@ -562,7 +562,7 @@ def _burn_rate_alerts(settings: AlertSettings, service: ServiceSpec, role: Role,
     tiers = []
     for severity, long, short, for_, index in _BURN_WINDOWS:
         threshold = factors[index] * budget
-        lr, sr = slo_error_ratio_record(kind, long), slo_error_ratio_record(kind, short)  # type: ignore[arg-type]
+        lr, sr = slo_error_ratio_record(kind, long), slo_error_ratio_record(kind, short)
         expr = f"{lr}{{{m}}} > {_num(threshold)} and {sr}{{{m}}} > {_num(threshold)}"
 
         def value(frame: Frame, minute: int, lr: str = lr, sr: str = sr,
@@ -579,7 +579,7 @@ def _burn_rate_alerts(settings: AlertSettings, service: ServiceSpec, role: Role,
                         f"budget of {budget * 100:g}%."))
     name = "LLMTimeToFirstTokenSLOBudgetBurn" if kind == "ttft" \
         else "LLMInterTokenLatencySLOBudgetBurn"
-    records = [slo_error_ratio_record(kind, w) for w in SLO_WINDOWS]  # type: ignore[arg-type]
+    records = [slo_error_ratio_record(kind, w) for w in SLO_WINDOWS]
     healthy = budget * 0.1
     warn_level = budget * (factors[2] + factors[1]) / 2
     crit_level = min(1.0, budget * factors[0] * 1.5)

@@ -210,7 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return EXIT_OK
     return code
 
 

@@ -35,9 +35,9 @@ __all__ = [
     "PoolSelector",
     "PoolSpec",
     "Role",
+    "SLOSpec",
     "ScaleTarget",
     "ServiceSpec",
-    "SLOSpec",
     "Spec",
     "SpecError",
     "SpecProblem",
@@ -99,7 +99,7 @@ def parse_duration(value: object) -> int:
     if isinstance(value, int | float):
         if value < 0 or not math.isfinite(value):
             raise ValueError(f"expected a non-negative duration, got {value!r}")
-        return int(round(value))
+        return round(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration such as '5m' or a number of seconds, got {value!r}")
     text = value.strip()
@@ -114,12 +114,12 @@ def parse_duration(value: object) -> int:
             f"expected a duration such as '30s', '5m' or '1h30m' (units ms, s, m, h, d, w), "
             f"got {value!r}"
         )
-    return int(round(total))
+    return round(total)
 
 
 def format_duration(seconds: int | float) -> str:
     """Seconds as the shortest exact Prometheus duration: 600 -> '10m', 5400 -> '1h30m'."""
-    remaining = int(round(seconds))
+    remaining = round(seconds)
     if remaining == 0:
         return "0s"
     parts = []
@@ -537,8 +537,8 @@ def _slo_bucket_problems(svc: Mapping[str, Any], engine: Engine | None,
     slo = svc.get("slo")
     if not isinstance(slo, dict) or engine is None:
         return []
-    overrides = svc.get("histogram_buckets") if isinstance(svc.get("histogram_buckets"), dict) \
-        else {}
+    raw_overrides = svc.get("histogram_buckets")
+    overrides: dict[str, Any] = raw_overrides if isinstance(raw_overrides, dict) else {}
     problems = []
     for kind, field in (("ttft", "ttft_p95_s"), ("itl", "itl_p95_s")):
         threshold = slo.get(field)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up, lint, types, layering, pytest (real Prometheus and promtool).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/system-deps.sh
+PKGS="pdscale telemetry forecasting controller alerts dashboards simulator"
+echo "==> ruff"
+.venv/bin/ruff check $PKGS tests bench
+echo "==> mypy --strict"
+.venv/bin/mypy $PKGS
+echo "==> import-linter"
+.venv/bin/lint-imports
+echo "==> pytest"
+.venv/bin/pytest "$@"

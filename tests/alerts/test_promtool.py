@@ -1,0 +1,109 @@
+"""The generated rules and tests through the real promtool and amtool."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from alerts import ScenarioError, alert_files, unit_tests
+from alerts._promtool import humanize, humanize_duration, humanize_percentage, render_template
+from pdscale.spec import Spec, parse_spec
+from tests.conftest import ROOT, need_tool
+
+
+def _write(spec: Spec, out: Path) -> Path:
+    for rel, text in alert_files(spec).items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return out
+
+
+def _run_all(commands: list[list[str]], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Run promtool processes side by side (one per test file) and wait for all."""
+    procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for c in commands]
+    results = []
+    for cmd, proc in zip(commands, procs, strict=True):
+        out, _ = proc.communicate(timeout=600)
+        results.append(subprocess.CompletedProcess(cmd, proc.returncode, out))
+    return results
+
+
+def test_promtool_checks_and_runs_generated_tests(example: tuple[str, Spec],
+                                                  tmp_path: Path) -> None:
+    promtool = need_tool("promtool")
+    _, spec = example
+    out = _write(spec, tmp_path)
+    rule_files = sorted(str(p) for p in (out / "rules").glob("*.yml"))
+    check = subprocess.run([promtool, "check", "rules", *rule_files], capture_output=True,
+                           text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests = sorted((out / "tests").glob("*.test.yml"))
+    assert len(tests) >= 2 * len(spec.services)
+    for result in _run_all([[promtool, "test", "rules", t.name] for t in tests],
+                           out / "tests"):
+        assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_a_broken_rule_fails_the_generated_tests(tmp_path: Path) -> None:
+    """The generated tests are real: a rule whose threshold drifted makes them fail."""
+    promtool = need_tool("promtool")
+    spec = parse_spec((ROOT / "examples" / "sglang.yaml").read_text())
+    out = _write(spec, tmp_path)
+    rules = out / "rules" / "qwen-sglang.rules.yml"
+    text = rules.read_text()
+    kv = 'pdscale_pool:kv_cache_usage:max{pdscale_service="qwen-sglang",pdscale_pool="decode"}'
+    assert f"{kv} > 0.97" in text
+    rules.write_text(text.replace(f"{kv} > 0.97", f"{kv} > 0.99"))
+    result = subprocess.run([promtool, "test", "rules", "qwen-sglang.test.yml"],
+                            cwd=out / "tests", capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "LLMKVCacheNearFull" in result.stdout + result.stderr
+
+
+def test_amtool_accepts_the_alertmanager_config(example: tuple[str, Spec],
+                                                tmp_path: Path) -> None:
+    amtool = need_tool("amtool")
+    _, spec = example
+    path = tmp_path / "alertmanager.yaml"
+    path.write_text(alert_files(spec)["alertmanager.yaml"])
+    result = subprocess.run([amtool, "check-config", str(path)], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_thresholds_without_room_are_refused() -> None:
+    text = (ROOT / "examples" / "sglang.yaml").read_text() + """
+  thresholds:
+    prefix_cache_hit_drop: {warning: {value: 0.3, for: 15m}, critical: {value: 0.31, for: 5m}}
+"""
+    spec = parse_spec(text)
+    with pytest.raises(ScenarioError, match="LLMPrefixCacheHitRateDropped"):
+        unit_tests(spec, {"qwen-sglang": "../rules/qwen-sglang.rules.yml"})
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "0"), (1234.5, "1.234k"), (0.275, "275m"), (12.5, "12.5"), (3e-6, "3u")])
+def test_humanize_matches_prometheus(value: float, text: str) -> None:
+    assert humanize(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.935, "93.5%"), (0.05, "5%"), (1.0, "100%")])
+def test_humanize_percentage(value: float, text: str) -> None:
+    assert humanize_percentage(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.75, "750ms"), (90, "1m 30s"), (3725, "1h 2m 5s"), (90061, "1d 1h 1m 1s"), (5, "5s")])
+def test_humanize_duration(value: float, text: str) -> None:
+    assert humanize_duration(value) == text
+
+
+def test_render_template() -> None:
+    assert render_template("{{ $labels.pod }} at {{ $value | humanizePercentage }}",
+                           {"pod": "p-0"}, 0.5) == "p-0 at 50%"
+    assert render_template("code {{ $value }}", {}, 79.0) == "code 79"

@@ -1,0 +1,142 @@
+"""Real Prometheus on loopback for end-to-end tests, and a small exporter of engine-named
+series (the exporter stands in for vLLM, SGLang, Dynamo and DCGM pods)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from telemetry import KNOWN_METRICS
+
+_BUCKETS = (0.001, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _families(engine: str) -> list[str]:
+    prefixes = {"vllm": ("vllm:",), "sglang": ("sglang:",), "dynamo": ("dynamo_frontend_",),
+                "tgi": ("tgi_",), "dcgm": ("DCGM_",)}[engine]
+    names = {n for n in KNOWN_METRICS if n.startswith(prefixes)}
+    # vLLM's external-cache counters are catalogued; include every bucket family's base.
+    return sorted(names)
+
+
+def _fmt(name: str, labels: dict[str, str], value: float) -> str:
+    body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{body}}} {value:.3f}"
+
+
+def exposition(engine: str, labels: dict[str, str], now: float) -> str:
+    """Text exposition for one pod: gauges, counters growing with time, histograms."""
+    lines: list[str] = []
+    done: set[str] = set()
+    for name in _families(engine):
+        if name.endswith(("_bucket", "_count")) or (name.endswith("_sum")
+                                                    and not name.endswith("tokens_sum")):
+            base = name.rsplit("_", 1)[0]
+            if base in done:
+                continue
+            done.add(base)
+            n = now * 2.0
+            for i, le in enumerate((*_BUCKETS, float("inf"))):
+                share = min(1.0, (i + 1) / len(_BUCKETS))
+                le_text = "+Inf" if le == float("inf") else repr(le)
+                lines.append(_fmt(f"{base}_bucket", {**labels, "le": le_text}, n * share))
+            lines.append(_fmt(f"{base}_count", labels, n))
+            lines.append(_fmt(f"{base}_sum", labels, n * 0.2))
+        elif name.endswith(("_total", "tokens_sum")) or name in (
+                "tgi_request_count", "tgi_request_failure"):
+            extra = {"finished_reason": "stop"} if name == "vllm:request_success_total" \
+                else {"status": "success"} if name.startswith("dynamo_") else {}
+            lines.append(_fmt(name, {**labels, **extra}, now * 3.0))
+        elif name.startswith("DCGM_"):
+            value = 0.0 if name == "DCGM_FI_DEV_XID_ERRORS" else \
+                40000.0 if name.startswith("DCGM_FI_DEV_FB") else 50.0
+            lines.append(_fmt(name, {**labels, "gpu": "0"}, value))
+        else:
+            lines.append(_fmt(name, labels, 0.5))
+    return "\n".join(lines) + "\n"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        engine = query.get("engine", ["vllm"])[0]
+        labels = json.loads(query.get("labels", ["{}"])[0])
+        body = exposition(engine, labels, time.time()).encode()
+        if engine != "dcgm" and engine != "dynamo":
+            body += exposition("dcgm", {}, time.time()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@contextmanager
+def exporter(port: int) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def prometheus(config: dict[str, Any], workdir: Path, port: int,
+               timeout_s: float = 30.0) -> Iterator[str]:
+    """Start the distribution's Prometheus on loopback with ``config``; stop it after."""
+    import yaml
+
+    binary = shutil.which("prometheus")
+    assert binary is not None
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("prometheus did not become ready")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
+    query = "?" + urllib.parse.urlencode(params) if params else ""
+    with urllib.request.urlopen(f"{url}{path}{query}", timeout=10) as resp:
+        return json.loads(resp.read())

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdscale._io import MARKER
+from pdscale.cli import main
+from tests.conftest import ROOT
+
+VLLM = str(ROOT / "examples" / "vllm.yaml")
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", VLLM]) == 0
+    assert "valid (2 service(s), 4 pool(s))" in capsys.readouterr().out
+
+
+def test_validate_invalid_exits_2_and_lists_problems(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(Path(VLLM).read_text().replace("max_replicas: 16", "max_replicas: 0")
+                    .replace("engine: vllm", "engine: vlm", 1))
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "services[0].engine" in err
+    assert "services[0].pools.prefill.max_replicas" in err
+    assert "Fix:" in err
+
+
+def test_generate_invalid_spec_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("services: []\n")
+    out = tmp_path / "out"
+    assert main(["generate", "all", str(spec), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_generate_all_then_regenerate_in_place(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["generate", "all", VLLM, "--out", str(out)]) == 0
+    first = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert (out / "alerts" / MARKER).exists()
+    assert (out / "dashboards" / "pdscale-overview.json").exists()
+    assert main(["generate", "all", VLLM, "--out", str(out)]) == 0
+    second = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert first == second
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_generate_refuses_a_folder_it_did_not_write(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["generate", "alerts", VLLM, "--out", str(out)]) == 1
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert "not written by pdscale" in capsys.readouterr().err
+
+
+def test_unwritable_output_leaves_nothing(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["generate", "alerts", VLLM, "--out", str(blocker / "out")]) == 1
+    assert "cannot create a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_failure_midway_keeps_previous_output(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    assert main(["generate", "dashboards", VLLM, "--out", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+
+    import pdscale._io as io
+
+    real_write = Path.write_text
+    calls = {"n": 0}
+
+    def flaky(self: Path, *args: object, **kwargs: object) -> int:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(28, "No space left on device")
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io.Path, "write_text", flaky)
+    assert main(["generate", "dashboards", VLLM, "--out", str(out)]) == 1
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_query_prints_promql(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["query", VLLM, "--service", "llama-chat", "--pool", "prefill",
+                 "--signal", "ttft_p95_s"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm:time_to_first_token_seconds_bucket" in out
+    assert 'pdscale_service="llama-chat"' in out
+
+
+def test_query_unknown_signal_names_engine_and_signals(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = str(ROOT / "examples" / "sglang.yaml")
+    assert main(["query", spec, "--service", "qwen-sglang", "--pool", "decode",
+                 "--signal", "preemptions_per_s"]) == 2
+    err = capsys.readouterr().err
+    assert "not exported by engine 'sglang'" in err
+    assert "kv_cache_usage_ratio" in err
+
+
+def test_query_unknown_service(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["query", VLLM, "--service", "nope", "--pool", "decode",
+                 "--signal", "queue_depth"]) == 2
+    assert "llama-chat, llama-batch" in capsys.readouterr().err
+
+
+def test_signals_lists_every_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["signals"]) == 0
+    out = capsys.readouterr().out
+    for engine in ("vllm:", "sglang:", "dynamo:", "tgi:"):
+        assert engine in out
+
+
+def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("validate", "generate", "signals", "query", "exit codes"):
+        assert word in out

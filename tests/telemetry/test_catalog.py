@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from alerts import alerting_groups, recording_groups
+from dashboards import build_dashboards, panel_queries
+from pdscale.spec import Engine, Role, Spec
+from telemetry import (
+    KNOWN_METRICS,
+    Signal,
+    UnknownSignal,
+    engine_signals,
+    le_matcher,
+    metric_names_in,
+    pool_expr,
+)
+
+DEPRECATED = ("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache",
+              "vllm:time_per_output_token_seconds", "DCGM_FI_PROF_SM_ACTIVE")
+
+
+def _all_expressions(spec: Spec) -> list[str]:
+    exprs = [r["expr"] for g in recording_groups(spec) + alerting_groups(spec)
+             for r in g["rules"]]
+    for doc in build_dashboards(spec):
+        exprs += [expr for _, _, expr in panel_queries(doc.model)]
+    return exprs
+
+
+def test_every_generated_expression_uses_catalog_metrics(example: tuple[str, Spec]) -> None:
+    _, spec = example
+    for expr in _all_expressions(spec):
+        unknown = metric_names_in(expr) - KNOWN_METRICS
+        assert not unknown, f"{unknown} in {expr}"
+
+
+def test_no_deprecated_metric_names(example: tuple[str, Spec]) -> None:
+    _, spec = example
+    text = "\n".join(_all_expressions(spec))
+    for name in DEPRECATED:
+        assert name not in text
+
+
+def test_metric_name_scanner() -> None:
+    expr = ('histogram_quantile(0.95, sum by (le, namespace) (rate(vllm:x_bucket{a="b",'
+            'le=~"1(\\\\.0)?"}[5m]))) / on (pdscale_service) (1 - up{pod=~"a-.*"} offset 5m)'
+            ' > 1e-3 and time() - pdscale_t > 60')
+    assert metric_names_in(expr) == {"vllm:x_bucket", "up", "pdscale_t"}
+
+
+def test_scanner_catches_an_unknown_name() -> None:
+    assert metric_names_in("sum(rate(vllm:made_up_total[5m]))") - KNOWN_METRICS == \
+        {"vllm:made_up_total"}
+
+
+def test_engines_lack_what_they_do_not_export(example: tuple[str, Spec]) -> None:
+    _name, spec = example
+    for service in spec.services:
+        have = engine_signals(service, Role.PREFILL)
+        if service.engine is Engine.SGLANG:
+            assert Signal.PREEMPTIONS_PER_S not in have
+        if service.engine is Engine.VLLM:
+            assert Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO in have
+
+
+def test_tgi_has_no_ttft(example: tuple[str, Spec]) -> None:
+    _, spec = example
+    raw = spec.services[0].model_dump(by_alias=True)
+    raw.update(engine="tgi", dynamo=None)
+    tgi = type(spec.services[0]).model_validate(raw)
+    assert Signal.TTFT_P95_S not in engine_signals(tgi, Role.PREFILL)
+    with pytest.raises(UnknownSignal) as info:
+        pool_expr(Signal.TTFT_P95_S, tgi, Role.PREFILL)
+    assert "engine 'tgi'" in str(info.value) and "queue_depth" in str(info.value)
+
+
+def test_pool_selector_and_window(example: tuple[str, Spec]) -> None:
+    _, spec = example
+    svc = spec.services[0]
+    expr = pool_expr(Signal.QUEUE_DEPTH, svc, Role.DECODE)
+    assert f'namespace="{svc.namespace}"' in expr
+    assert f'pod=~"{svc.decode.pod_regex}"' in expr
+    rate = pool_expr(Signal.PROMPT_TOKENS_PER_S, svc, Role.PREFILL, window="2m")
+    assert "[2m]" in rate
+
+
+@pytest.mark.parametrize(("threshold", "matcher"), [
+    (0.5, 'le="0.5"'), (1.0, 'le=~"1(\\\\.0)?"'), (2.5, 'le="2.5"'), (10, 'le=~"10(\\\\.0)?"')])
+def test_le_matcher(threshold: float, matcher: str) -> None:
+    assert le_matcher(threshold) == matcher
+    # The regex form matches what Python and Go clients write.
+    if "=~" in matcher:
+        pattern = matcher.split('"')[1].replace("\\\\", "\\")
+        assert re.fullmatch(pattern, f"{threshold:g}")
+        assert re.fullmatch(pattern, f"{float(threshold)}")

@@ -1,0 +1,38 @@
+"""The packages' public names are pinned: changing them is a deliberate act."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "alerts": ["AlertDef", "ScenarioError", "TierDef", "alert_defs", "alert_files",
+               "alerting_groups", "alertmanager_config", "dump_yaml", "prometheus_rule",
+               "recording_groups", "render_template", "unit_tests"],
+    "dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
+    "telemetry": ["CONTROL_PLANE_METRICS", "KNOWN_METRICS", "POOL_LABELS",
+                  "SLO_OBJECTIVE_RECORD", "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "Signal",
+                  "SignalDef", "UnknownSignal", "engine_signals", "le_matcher",
+                  "metric_names_in", "pool_expr", "pool_query", "recorded_name", "signal_def",
+                  "slo_error_ratio_expr", "slo_error_ratio_record"],
+    "forecasting": [],
+    "controller": [],
+    "simulator": [],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_public_names(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(PUBLIC[package])
+    for name in module.__all__:
+        assert hasattr(module, name)
+
+
+def test_spec_public_names() -> None:
+    from pdscale import spec
+
+    for name in spec.__all__:
+        assert hasattr(spec, name), name
+    assert {"Spec", "SpecError", "load_spec", "parse_spec"} <= set(spec.__all__)
