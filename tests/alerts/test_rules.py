@@ -155,3 +155,12 @@ def test_recording_rules_carry_pool_labels(example: tuple[str, Spec]) -> None:
         for rule in group["rules"]:
             assert rule["record"].count(":") == 2  # level:metric:operation
             assert {"pdscale_service", "pdscale_pool", "model_name"} <= set(rule["labels"])
+
+
+def test_every_alert_has_a_runbook_section(example: tuple[str, Spec]) -> None:
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "runbooks.md").read_text()
+    headings = {line[3:].strip() for line in text.splitlines() if line.startswith("## ")}
+    _, spec = example
+    assert {r["alert"] for r in _rules(spec)} <= headings
