@@ -1,6 +1,18 @@
 """The controller: capacity model, decision policy, reconcile loop, actuators, HTTP API.
 
-Empty until the controller issue lands; nothing here pretends to work yet.
+So far it holds the interface every policy and actuator speaks (also used by the simulator);
+the forecast-driven policy, the reconcile loop and the actuators come with the controller work.
 """
 
-__all__: list[str] = []
+from controller._interface import (
+    Actuator,
+    Observation,
+    Policy,
+    PoolDecision,
+    PoolKey,
+    PoolObservation,
+    PoolReplicas,
+)
+
+__all__ = ["Actuator", "Observation", "Policy", "PoolDecision", "PoolKey", "PoolObservation",
+           "PoolReplicas"]

@@ -1,0 +1,657 @@
+"""Discrete-event, iteration-level simulation of one service's prefill and decode pools.
+
+Design (what is modelled, and the shortcuts that keep it fast):
+
+* Prefill: chunked prefill. An instance's iteration takes up to ``max_prefill_tokens_per_iter``
+  uncached prompt tokens, continuing its own partly-done prompts first, then new requests (from
+  the pool's shared queue with the least-loaded router, which behaves like Dynamo's prefill
+  queue that idle workers pull from; or from its own queue with the prefix-aware router). An
+  iteration costs ``a`` plus each chunk's linear and attention cost (:mod:`._profiles`).
+  Prefix caching: each instance keeps an LRU of 512-token block hashes as large as its KV
+  cache; a request's leading blocks found there are not recomputed.
+* KV transfer to decode after the prompt is done: ``latency + bytes / bandwidth``.
+* Decode: continuous batching. Between two changes to a batch (a join, a finish, KV running
+  out) every step has the same batch size and the resident KV grows by B tokens a step, so the
+  simulator jumps over those steps in closed form (a sum of an arithmetic series) instead of
+  stepping one by one: events are proportional to requests, not to tokens. A request joins at
+  the next step boundary; its first token is the end of its first step; admission needs room
+  for its context in the KV cache; when the cache would overflow, the newest sequence is
+  preempted (vLLM's recompute preemption) and re-admitted later at the cost of re-prefilling
+  its context on the decode instance.
+* TTFT = arrival to the first token from decode (prefill queueing and compute, the engine's
+  non-GPU overhead, the KV transfer, waiting for admission, the first step). A request meets
+  the ITL SLO when its mean inter-token time (TPOT) is within it; ``itl_p95_s`` is over tokens.
+* Replicas: starting (billed from the request, ready after the cold start), ready, draining
+  (finishes its work, takes none), gone. Failures remove a replica at a given time; its
+  requests are redone elsewhere.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from pdscale.spec import Role
+from simulator._profiles import InstanceProfile
+from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
+
+__all__ = ["EventSimulator", "PoolSetup", "SimSetup"]
+
+Router = Literal["least_loaded", "prefix"]
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    role: Role
+    profile: InstanceProfile
+    initial_replicas: int
+    min_replicas: int
+    max_replicas: int
+    gpus_per_replica: int = 1
+    cold_start_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    service: str
+    prefill: PoolSetup
+    decode: PoolSetup
+    slo_ttft_s: float
+    slo_itl_s: float
+    router: Router = "least_loaded"
+    tick_s: float = 15.0
+    failures: tuple[tuple[float, Role], ...] = ()
+    """(time in seconds, role): a replica of that pool is lost at that time."""
+
+
+class _State(IntEnum):
+    STARTING = 0
+    READY = 1
+    DRAINING = 2
+    GONE = 3
+
+
+@dataclass(eq=False)
+class _Replica:
+    id: int
+    state: _State
+    requested_s: float
+    ready_s: float
+    gone_s: float | None = None
+    busy_s: float = 0.0  # GPU-busy seconds (prefill iterations, decode steps)
+
+
+@dataclass(eq=False)
+class _PrefillReplica(_Replica):
+    queue: deque[int] = field(default_factory=deque)  # own queue (prefix-aware router)
+    active: list[int] = field(default_factory=list)  # prompts started here, not finished
+    busy: bool = False
+    cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    queued_tokens: int = 0
+
+
+@dataclass(eq=False)
+class _DecodeReplica(_Replica):
+    members: dict[int, int] = field(default_factory=dict)  # request -> join step
+    finish_heap: list[tuple[int, int, int]] = field(default_factory=list)
+    """(finish step, request, join step); entries of preempted joins are skipped."""
+    waiting: deque[int] = field(default_factory=deque)
+    steps: int = 0
+    t_last: float = 0.0
+    ctx_offset: int = 0  # sum over members of (context at join - join step)
+    first_pending: list[int] = field(default_factory=list)
+    version: int = 0
+    stall_s: float = 0.0  # recompute cost to add before the next step
+
+    def kv(self) -> int:
+        return self.ctx_offset + len(self.members) * self.steps
+
+
+class _Ev(IntEnum):
+    ARRIVAL = 0
+    PREFILL_DONE = 1
+    KV_ARRIVE = 2
+    DECODE = 3
+    READY = 4
+    TICK = 5
+    FAIL = 6
+
+
+_MAX_DRAIN_S = 6 * 3600.0
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class EventSimulator:
+    """Runs a trace through the pools; ``on_tick(sim, now)`` is called every ``tick_s``."""
+
+    def __init__(self, setup: SimSetup, trace: Trace) -> None:
+        self.setup = setup
+        self.trace = trace
+        n = len(trace)
+        self.prompt = trace.prompt_tokens.astype(np.int64)
+        self.output = np.maximum(trace.output_tokens.astype(np.int64), 1)
+        self.arrival = trace.arrival_s.astype(np.float64)
+        self.cached = np.zeros(n, dtype=np.int64)
+        self.done = np.zeros(n, dtype=np.int64)
+        self.prefill_end = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preemptions = 0
+        self.finished = 0
+        self.rejected = 0
+        self.rerouted = 0
+        self._owner: dict[int, _PrefillReplica] = {}
+        self._events: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self._next_id = 0
+        self.prefill: list[_PrefillReplica] = []
+        self.decode: list[_DecodeReplica] = []
+        self._prefill_by_id: dict[int, _PrefillReplica] = {}
+        self._decode_by_id: dict[int, _DecodeReplica] = {}
+        self.shared_queue: deque[int] = deque()
+        self.desired = {Role.PREFILL: setup.prefill.initial_replicas,
+                        Role.DECODE: setup.decode.initial_replicas}
+        for _ in range(setup.prefill.initial_replicas):
+            self._add(Role.PREFILL, ready_now=True)
+        for _ in range(setup.decode.initial_replicas):
+            self._add(Role.DECODE, ready_now=True)
+        # Token-weighted ITL histogram (log buckets) and per-window accumulators.
+        self.itl_edges = np.geomspace(1e-4, 100.0, 801)
+        self.itl_hist = np.zeros(len(self.itl_edges) + 1)
+        self.window_itl_hist = np.zeros(len(self.itl_edges) + 1)
+        self.window_prompt_tokens = 0
+        self.window_cached_tokens = 0
+        self.window_generated = 0
+        self.window_arrivals = 0
+        self.window_first_tokens: list[float] = []
+        self.on_tick: Callable[[EventSimulator, float], None] | None = None
+        self._pending_chunks: dict[int, list[tuple[int, int]]] = {}
+        self._progress: dict[int, int] = {}  # tokens generated before a preemption
+        self._orphans: list[int] = []  # KV arrived while no decode replica was ready
+
+    # -- replicas -------------------------------------------------------------------------
+
+    def pool(self, role: Role) -> Sequence[_Replica]:
+        return self.prefill if role is Role.PREFILL else self.decode
+
+    def pool_setup(self, role: Role) -> PoolSetup:
+        return self.setup.prefill if role is Role.PREFILL else self.setup.decode
+
+    def _add(self, role: Role, *, ready_now: bool = False) -> None:
+        ps = self.pool_setup(role)
+        ready = self.now if ready_now else self.now + ps.cold_start_s
+        state = _State.READY if ready_now else _State.STARTING
+        self._next_id += 1
+        r: _Replica
+        if role is Role.PREFILL:
+            pr = _PrefillReplica(self._next_id, state, self.now, ready)
+            self.prefill.append(pr)
+            self._prefill_by_id[pr.id] = pr
+            r = pr
+        else:
+            dr = _DecodeReplica(self._next_id, state, self.now, ready, t_last=self.now)
+            self.decode.append(dr)
+            self._decode_by_id[dr.id] = dr
+            r = dr
+        if not ready_now:
+            self._push(ready, _Ev.READY, int(role is Role.DECODE), r.id)
+
+    def counts(self, role: Role) -> dict[str, int]:
+        out = {"ready": 0, "starting": 0, "draining": 0}
+        for r in self.pool(role):
+            if r.state is _State.READY:
+                out["ready"] += 1
+            elif r.state is _State.STARTING:
+                out["starting"] += 1
+            elif r.state is _State.DRAINING:
+                out["draining"] += 1
+        return out
+
+    def set_replicas(self, role: Role, replicas: int) -> None:
+        """Scale a pool: start replicas, or cancel starting ones and drain ready ones."""
+        ps = self.pool_setup(role)
+        replicas = max(ps.min_replicas, min(ps.max_replicas, replicas))
+        self.desired[role] = replicas
+        active = [r for r in self.pool(role) if r.state in (_State.READY, _State.STARTING)]
+        if replicas > len(active):
+            for _ in range(replicas - len(active)):
+                self._add(role)
+            return
+        excess = len(active) - replicas
+        for r in sorted(active, key=lambda r: (r.state is _State.READY, -r.requested_s)):
+            if excess == 0:
+                break
+            excess -= 1
+            if r.state is _State.STARTING:
+                r.state, r.gone_s = _State.GONE, self.now
+            else:
+                r.state = _State.DRAINING
+                self._maybe_gone(r)
+        # Draining replicas of the least load go first: sort handled by _pick_drain order.
+
+    def _maybe_gone(self, r: _Replica) -> None:
+        if r.state is not _State.DRAINING:
+            return
+        if isinstance(r, _PrefillReplica):
+            if not r.busy and not r.active and not r.queue:
+                r.state, r.gone_s = _State.GONE, self.now
+        elif isinstance(r, _DecodeReplica) and not r.members and not r.waiting:
+            r.state, r.gone_s = _State.GONE, self.now
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: _Ev, a: int, b: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, int(kind), a, b))
+
+    def run(self, *, progress: Callable[[float], None] | None = None) -> None:
+        n = len(self.arrival)
+        for i in range(n):
+            self._push(float(self.arrival[i]), _Ev.ARRIVAL, i, 0)
+        for t, role in self.setup.failures:
+            self._push(t, _Ev.FAIL, int(role is Role.DECODE), 0)
+        self._push(0.0, _Ev.TICK, 0, 0)
+        end_of_arrivals = float(self.arrival[-1]) if n else 0.0
+        last_report = 0.0
+        while self._events:
+            t, _, kind, a, b = heapq.heappop(self._events)
+            self.now = t
+            if kind == _Ev.ARRIVAL:
+                self.window_arrivals += 1
+                self._route_prefill(a)
+            elif kind == _Ev.PREFILL_DONE:
+                self._prefill_done(self._prefill_by_id[a])
+            elif kind == _Ev.KV_ARRIVE:
+                self._kv_arrive(a)
+            elif kind == _Ev.DECODE:
+                r = self._decode_by_id[a]
+                if r.version == b and r.state is not _State.GONE:
+                    self._decode_event(r)
+            elif kind == _Ev.READY:
+                self._ready(Role.DECODE if a else Role.PREFILL, b)
+            elif kind == _Ev.FAIL:
+                self._fail(Role.DECODE if a else Role.PREFILL)
+            elif kind == _Ev.TICK:
+                if self.on_tick is not None:
+                    self.on_tick(self, t)
+                self._reset_window()
+                if t < end_of_arrivals or self.finished < n:
+                    self._push(t + self.setup.tick_s, _Ev.TICK, 0, 0)
+                if progress is not None and t - last_report >= 60:
+                    last_report = t
+                    progress(min(1.0, t / max(end_of_arrivals, 1e-9)))
+            if self.now > end_of_arrivals + _MAX_DRAIN_S:
+                break  # a pool that can never finish its work: stop, results show it
+        for replica in [*self.prefill, *self.decode]:
+            if replica.gone_s is None:
+                replica.gone_s = self.now
+
+    def _reset_window(self) -> None:
+        self.window_itl_hist[:] = 0
+        self.window_prompt_tokens = 0
+        self.window_cached_tokens = 0
+        self.window_generated = 0
+        self.window_arrivals = 0
+        self.window_first_tokens = []
+
+    def _ready(self, role: Role, rid: int) -> None:
+        for r in self.pool(role):
+            if r.id == rid and r.state is _State.STARTING:
+                r.state = _State.READY
+                if isinstance(r, _DecodeReplica):
+                    r.t_last = self.now
+                    self._decode_admit_from_peers(r)
+                else:
+                    assert isinstance(r, _PrefillReplica)
+                    self._prefill_kick(r)
+
+    def _fail(self, role: Role) -> None:
+        victims = [r for r in self.pool(role) if r.state is _State.READY]
+        if not victims:
+            return
+        r = max(victims, key=lambda r: r.requested_s)
+        r.state, r.gone_s = _State.GONE, self.now
+        if isinstance(r, _PrefillReplica):
+            lost = list(r.active) + list(r.queue)
+            r.active.clear()
+            r.queue.clear()
+            for req in lost:
+                self.done[req] = 0
+                self._owner.pop(req, None)
+                self.rerouted += 1
+                self._route_prefill(req)
+        elif isinstance(r, _DecodeReplica):
+            lost = list(r.members) + list(r.waiting)
+            r.members.clear()
+            r.waiting.clear()
+            r.finish_heap.clear()
+            for req in lost:
+                self.rerouted += 1
+                self._kv_arrive(req, recompute=True)
+        self.set_replicas(role, self.desired[role])  # a controller would replace it
+
+    # -- prefill --------------------------------------------------------------------------
+
+    def _ready_prefill(self) -> list[_PrefillReplica]:
+        return [r for r in self.prefill if r.state is _State.READY]
+
+    def _route_prefill(self, req: int) -> None:
+        ready = self._ready_prefill()
+        if self.setup.router == "prefix" and ready and self.trace.hash_ids is not None:
+            hashes = self.trace.hash_ids[req]
+            least = min(r.queued_tokens for r in ready)
+
+            def score(r: _PrefillReplica) -> tuple[int, int]:
+                hit = 0
+                for h in hashes:
+                    if int(h) not in r.cache:
+                        break
+                    hit += 1
+                # Prefer the cache, unless the replica is far busier than the least loaded.
+                penalty = r.queued_tokens - least > 4 * self.setup.prefill.profile \
+                    .max_prefill_tokens_per_iter
+                return (0 if penalty else hit, -r.queued_tokens)
+
+            best = max(ready, key=score)
+            best.queue.append(req)
+            best.queued_tokens += int(self.prompt[req])
+            self._prefill_kick(best)
+            return
+        self.shared_queue.append(req)
+        for r in ready:
+            if not r.busy:
+                self._prefill_kick(r)
+                break
+
+    def _cache_hit(self, r: _PrefillReplica, req: int) -> int:
+        if self.trace.hash_ids is None:
+            return 0
+        hit = 0
+        for h in self.trace.hash_ids[req]:
+            key = int(h)
+            if key not in r.cache:
+                break
+            r.cache.move_to_end(key)
+            hit += 1
+        return min(hit * MOONCAKE_BLOCK_TOKENS, int(self.prompt[req]) - 1)
+
+    def _cache_insert(self, r: _PrefillReplica, req: int) -> None:
+        if self.trace.hash_ids is None:
+            return
+        capacity = self.setup.prefill.profile.kv_capacity_tokens // MOONCAKE_BLOCK_TOKENS
+        for h in self.trace.hash_ids[req]:
+            r.cache[int(h)] = None
+            r.cache.move_to_end(int(h))
+        while len(r.cache) > capacity:
+            r.cache.popitem(last=False)
+
+    def _prefill_kick(self, r: _PrefillReplica) -> None:
+        if r.busy or r.state not in (_State.READY, _State.DRAINING):
+            return
+        profile = self.setup.prefill.profile
+        budget = profile.max_prefill_tokens_per_iter
+        cost = profile.prefill_a_ms
+        chunks: list[tuple[int, int]] = []
+        sources: list[deque[int]] = [r.queue]
+        if r.state is _State.READY:
+            sources.append(self.shared_queue)
+        for req in r.active:
+            if budget <= 0:
+                break
+            left = int(self.prompt[req]) - int(self.cached[req]) - int(self.done[req])
+            x = min(left, budget)
+            cost += profile.chunk_ms(float(self.cached[req] + self.done[req]), x)
+            chunks.append((req, x))
+            budget -= x
+        for source in sources:
+            while budget > 0 and source:
+                req = source.popleft()
+                if source is r.queue:
+                    r.queued_tokens -= int(self.prompt[req])
+                self.cached[req] = self._cache_hit(r, req)
+                self.window_prompt_tokens += int(self.prompt[req])
+                self.window_cached_tokens += int(self.cached[req])
+                self._owner[req] = r
+                r.active.append(req)
+                left = int(self.prompt[req]) - int(self.cached[req])
+                x = min(left, budget)
+                cost += profile.chunk_ms(float(self.cached[req]), x)
+                chunks.append((req, x))
+                budget -= x
+        if not chunks:
+            self._maybe_gone(r)
+            return
+        r.busy = True
+        duration = cost / 1000.0
+        r.busy_s += duration
+        self._pending_chunks[r.id] = chunks
+        self._push(self.now + duration, _Ev.PREFILL_DONE, r.id, 0)
+
+    def _prefill_done(self, r: _Replica) -> None:
+        assert isinstance(r, _PrefillReplica)
+        r.busy = False
+        chunks = self._pending_chunks.pop(r.id, [])
+        profile = self.setup.prefill.profile
+        if r.state is _State.GONE:
+            return
+        for req, x in chunks:
+            self.done[req] += x
+            if self.done[req] + self.cached[req] >= self.prompt[req]:
+                r.active.remove(req)
+                self._owner.pop(req, None)
+                self._cache_insert(r, req)
+                self.prefill_end[req] = self.now
+                delay = (profile.ttft_overhead_ms +
+                         self.setup.decode.profile.kv_transfer_ms(float(self.prompt[req]))) / 1000
+                self._push(self.now + delay, _Ev.KV_ARRIVE, req, 0)
+        self._prefill_kick(r)
+        if not r.busy:
+            # Idle: help with the shared queue only through kick; nothing else to do.
+            self._maybe_gone(r)
+
+    # -- decode ---------------------------------------------------------------------------
+
+    def _step_sum_ms(self, r: _DecodeReplica, m: int) -> float:
+        p = self.setup.decode.profile
+        b = len(r.members)
+        base = p.decode_d0_ms + p.decode_d1_ms * b + p.decode_d2_ms * r.kv() / 1000
+        return m * base + p.decode_d2_ms * b * m * (m - 1) / 2000
+
+    def _max_steps_within(self, r: _DecodeReplica, dt_ms: float) -> int:
+        p = self.setup.decode.profile
+        b = len(r.members)
+        base = p.decode_d0_ms + p.decode_d1_ms * b + p.decode_d2_ms * r.kv() / 1000
+        alpha = p.decode_d2_ms * b / 2000
+        beta = base - alpha
+        if dt_ms <= 0:
+            return 0
+        if alpha <= 1e-15:
+            n = int(dt_ms / base)
+        else:
+            n = int((-beta + math.sqrt(beta * beta + 4 * alpha * dt_ms)) / (2 * alpha))
+        while n > 0 and self._step_sum_ms(r, n) > dt_ms + 1e-9:
+            n -= 1
+        while self._step_sum_ms(r, n + 1) <= dt_ms + 1e-9:
+            n += 1
+        return n
+
+    def _run_steps(self, r: _DecodeReplica, m: int) -> None:
+        if m <= 0 or not r.members:
+            return
+        total_ms = self._step_sum_ms(r, m)
+        b = len(r.members)
+        if r.first_pending:
+            first = self._step_sum_ms(r, 1) / 1000.0
+            for req in r.first_pending:
+                self.first_token[req] = r.t_last + first
+                self.window_first_tokens.append(r.t_last + first - float(self.arrival[req]))
+            r.first_pending.clear()
+        mean_step_s = total_ms / m / 1000.0
+        bucket = int(np.searchsorted(self.itl_edges, mean_step_s))
+        self.itl_hist[bucket] += m * b
+        self.window_itl_hist[bucket] += m * b
+        self.window_generated += m * b
+        r.steps += m
+        r.t_last += total_ms / 1000.0
+        r.busy_s += total_ms / 1000.0
+
+    def _steps_to_next_change(self, r: _DecodeReplica) -> int:
+        while r.finish_heap and r.members.get(r.finish_heap[0][1]) != r.finish_heap[0][2]:
+            heapq.heappop(r.finish_heap)  # drop stale entries so the next finish is exact
+        k = r.finish_heap[0][0] - r.steps if r.finish_heap else 1 << 30
+        cap = self.setup.decode.profile.kv_capacity_tokens
+        b = len(r.members)
+        room = (cap - r.kv()) // b if b else 1 << 30
+        return int(max(0, min(k, room)))
+
+    def _advance(self, r: _DecodeReplica, t: float) -> int:
+        """Run the batch up to the first step boundary at or after ``t``; returns the number
+        of requests that finished."""
+        finished = 0
+        if r.stall_s > 0 and r.members:
+            r.t_last += r.stall_s
+            r.busy_s += r.stall_s
+            r.stall_s = 0.0
+        while r.members and r.t_last < t:
+            k = self._steps_to_next_change(r)
+            if k == 0:
+                self._preempt(r)
+                continue
+            if r.t_last + self._step_sum_ms(r, k) / 1000.0 <= t:
+                self._run_steps(r, k)
+            else:
+                n = self._max_steps_within(r, (t - r.t_last) * 1000.0)
+                self._run_steps(r, min(k, n + 1))
+            finished += self._collect_finished(r)
+        if not r.members:
+            r.t_last = max(r.t_last, t)
+        return finished
+
+    def _collect_finished(self, r: _DecodeReplica) -> int:
+        done = 0
+        while r.finish_heap and r.finish_heap[0][0] <= r.steps:
+            _, req, joined = heapq.heappop(r.finish_heap)
+            if r.members.get(req) != joined:
+                continue  # that join was preempted: a stale entry
+            join = r.members.pop(req)
+            r.ctx_offset -= int(self.prompt[req]) + self._generated_before(req) - join
+            self.finish[req] = r.t_last
+            done += 1
+        self.finished += done
+        return done
+
+    def _generated_before(self, req: int) -> int:
+        return self._progress.get(req, 0)
+
+    def _preempt(self, r: _DecodeReplica) -> None:
+        req = max(r.members, key=lambda q: r.members[q])
+        join = r.members.pop(req)
+        made = self._generated_before(req) + (r.steps - join)
+        r.ctx_offset -= int(self.prompt[req]) + self._generated_before(req) - join
+        self._progress[req] = made
+        if req in r.first_pending:
+            r.first_pending.remove(req)
+        self.preemptions += 1
+        r.waiting.appendleft(req)
+
+    def _admit(self, r: _DecodeReplica) -> None:
+        profile = self.setup.decode.profile
+        cap = profile.kv_capacity_tokens
+        watermark = cap // 100  # vLLM keeps ~1 % of blocks free when admitting
+        while r.waiting and len(r.members) < profile.max_batch:
+            req = r.waiting[0]
+            made = self._generated_before(req)
+            ctx = int(self.prompt[req]) + made
+            if int(self.prompt[req]) + int(self.output[req]) > cap - watermark:
+                # Can never fit on one replica (the engine rejects it): a failed request.
+                r.waiting.popleft()
+                self.rejected += 1
+                self.finished += 1
+                continue
+            if r.kv() + ctx + len(r.members) + 1 > cap - watermark:
+                break
+            r.waiting.popleft()
+            r.members[req] = r.steps
+            r.ctx_offset += ctx - r.steps
+            heapq.heappush(r.finish_heap, (r.steps + int(self.output[req]) - made, req, r.steps))
+            if made:
+                r.stall_s += profile.prefill_ms(ctx) / 1000.0  # recompute the evicted KV
+            elif np.isnan(self.first_token[req]):
+                r.first_pending.append(req)
+
+    def _schedule(self, r: _DecodeReplica) -> None:
+        r.version += 1
+        if not r.members:
+            self._maybe_gone(r)
+            return
+        k = self._steps_to_next_change(r)
+        t = r.t_last + r.stall_s + (self._step_sum_ms(r, k) / 1000.0 if k > 0 else 0.0)
+        self._push(max(t, self.now), _Ev.DECODE, r.id, r.version)
+
+    def _decode_event(self, r: _Replica) -> int:
+        assert isinstance(r, _DecodeReplica)
+        finished = self._advance(r, self.now)
+        if r.members and self._steps_to_next_change(r) == 0:
+            self._preempt(r)
+        self._admit(r)
+        self._schedule(r)
+        return finished
+
+    def _pick_decode(self) -> _DecodeReplica | None:
+        ready = [r for r in self.decode if r.state is _State.READY]
+        if not ready:
+            return None
+        return min(ready, key=lambda r: (r.kv() + sum(int(self.prompt[q]) for q in r.waiting),
+                                         len(r.members)))
+
+    def _kv_arrive(self, req: int, recompute: bool = False) -> None:
+        r = self._pick_decode()
+        if r is None:
+            self._orphans.append(req)
+            return
+        if recompute and req not in self._progress:
+            self._progress[req] = 0
+        self._advance(r, self.now)
+        r.waiting.append(req)
+        self._admit(r)
+        self._schedule(r)
+
+    def _decode_admit_from_peers(self, r: _DecodeReplica) -> None:
+        """A new decode replica takes orphaned requests and some of its peers' waiting."""
+        while self._orphans:
+            r.waiting.append(self._orphans.pop(0))
+        for peer in self.decode:
+            if peer is r or peer.state is _State.GONE:
+                continue
+            while len(peer.waiting) > len(r.waiting) + 1:
+                r.waiting.append(peer.waiting.pop())
+        self._admit(r)
+        self._schedule(r)
+
+    # -- observations ---------------------------------------------------------------------
+
+    def window_itl_p95(self) -> float | None:
+        return _hist_quantile(self.window_itl_hist, self.itl_edges, 0.95)
+
+    def itl_quantile(self, q: float) -> float | None:
+        return _hist_quantile(self.itl_hist, self.itl_edges, q)
+
+
+def _hist_quantile(hist: FloatArray, edges: FloatArray, q: float) -> float | None:
+    total = hist.sum()
+    if total <= 0:
+        return None
+    cum = np.cumsum(hist)
+    i = int(np.searchsorted(cum, q * total))
+    i = min(max(i, 1), len(edges) - 1)
+    return float(math.sqrt(edges[i - 1] * edges[i]))

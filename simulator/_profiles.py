@@ -1,0 +1,143 @@
+"""Instance performance profiles: how fast one prefill or decode replica is.
+
+A profile is a small YAML file (see ``simulator/profiles/`` for the shipped ones and where
+their numbers come from). Prefill time of one prompt of L tokens is ``a + b*L + c*L^2`` ms;
+under chunked prefill an iteration that advances a prompt from p to p + x tokens costs the
+linear term on x and the quadratic term on ``(p + x)^2 - p^2`` (so the chunks of one prompt add
+up to the whole prompt's cost), plus ``a`` once per iteration. A decode step of B sequences
+holding K resident KV tokens takes ``d0 + d1*B + d2*K/1000`` ms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["InstanceProfile", "ProfileError", "builtin_profiles", "load_profile"]
+
+
+class ProfileError(ValueError):
+    """A profile is missing or malformed; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class InstanceProfile:
+    name: str
+    gpu: str
+    prefill_a_ms: float
+    prefill_b_ms: float
+    prefill_c_ms: float
+    ttft_overhead_ms: float
+    max_prefill_tokens_per_iter: int
+    decode_d0_ms: float
+    decode_d1_ms: float
+    decode_d2_ms: float
+    kv_capacity_tokens: int
+    max_batch: int
+    kv_bytes_per_token: int
+    kv_latency_ms: float
+    kv_bandwidth_gb_s: float
+    cold_start_s: float
+
+    def prefill_ms(self, tokens: float) -> float:
+        """GPU time to prefill one prompt of ``tokens`` tokens in one iteration."""
+        return self.prefill_a_ms + self.prefill_b_ms * tokens + self.prefill_c_ms * tokens**2
+
+    def chunk_ms(self, done: float, chunk: float) -> float:
+        """Linear and attention cost of advancing a prompt from ``done`` by ``chunk`` tokens
+        (without the per-iteration constant)."""
+        return self.prefill_b_ms * chunk + self.prefill_c_ms * ((done + chunk) ** 2 - done**2)
+
+    def decode_step_ms(self, batch: float, kv_tokens: float) -> float:
+        return self.decode_d0_ms + self.decode_d1_ms * batch + self.decode_d2_ms * kv_tokens / 1000
+
+    def kv_transfer_ms(self, tokens: float) -> float:
+        return self.kv_latency_ms + tokens * self.kv_bytes_per_token / (
+            self.kv_bandwidth_gb_s * 1e9) * 1000
+
+    def prefill_tokens_per_s(self, mean_tokens: float, mean_sq_tokens: float) -> float:
+        """Saturated prefill throughput (full chunked iterations) for a length mix with the
+        given E[L] and E[L^2]."""
+        per_token_ms = (self.prefill_b_ms + self.prefill_c_ms * mean_sq_tokens /
+                        max(mean_tokens, 1.0) + self.prefill_a_ms /
+                        self.max_prefill_tokens_per_iter)
+        return 1000.0 / per_token_ms
+
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "prefill_ms": ("a", "b", "c"),
+    "decode_step_ms": ("d0", "d1", "d2"),
+    "kv_transfer": ("latency_ms", "bandwidth_gb_s"),
+}
+_SCALARS = ("name", "gpu", "ttft_overhead_ms", "max_prefill_tokens_per_iter",
+            "kv_capacity_tokens", "max_batch", "kv_bytes_per_token", "cold_start_s")
+
+
+def _parse(raw: Any, source: str) -> InstanceProfile:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: expected a mapping of profile fields, got {raw!r}")
+    missing = [f for f in (*_SCALARS, *_FIELDS) if f not in raw]
+    for group, keys in _FIELDS.items():
+        if isinstance(raw.get(group), dict):
+            missing += [f"{group}.{k}" for k in keys if k not in raw[group]]
+    if missing:
+        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}; see the shipped "
+                           "profiles in simulator/profiles/ for the format")
+
+    def num(value: Any, where: str, *, positive: bool = True) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not math.isfinite(value) or (positive and value <= 0) or value < 0:
+            kind = "positive" if positive else "non-negative"
+            raise ProfileError(f"{source}: {where} must be a {kind} number, got {value!r}")
+        return float(value)
+
+    p, d, kv = raw["prefill_ms"], raw["decode_step_ms"], raw["kv_transfer"]
+    return InstanceProfile(
+        name=str(raw["name"]), gpu=str(raw["gpu"]),
+        prefill_a_ms=num(p["a"], "prefill_ms.a", positive=False),
+        prefill_b_ms=num(p["b"], "prefill_ms.b"),
+        prefill_c_ms=num(p["c"], "prefill_ms.c", positive=False),
+        ttft_overhead_ms=num(raw["ttft_overhead_ms"], "ttft_overhead_ms", positive=False),
+        max_prefill_tokens_per_iter=int(num(raw["max_prefill_tokens_per_iter"],
+                                            "max_prefill_tokens_per_iter")),
+        decode_d0_ms=num(d["d0"], "decode_step_ms.d0"),
+        decode_d1_ms=num(d["d1"], "decode_step_ms.d1", positive=False),
+        decode_d2_ms=num(d["d2"], "decode_step_ms.d2", positive=False),
+        kv_capacity_tokens=int(num(raw["kv_capacity_tokens"], "kv_capacity_tokens")),
+        max_batch=int(num(raw["max_batch"], "max_batch")),
+        kv_bytes_per_token=int(num(raw["kv_bytes_per_token"], "kv_bytes_per_token")),
+        kv_latency_ms=num(kv["latency_ms"], "kv_transfer.latency_ms", positive=False),
+        kv_bandwidth_gb_s=num(kv["bandwidth_gb_s"], "kv_transfer.bandwidth_gb_s"),
+        cold_start_s=num(raw["cold_start_s"], "cold_start_s", positive=False),
+    )
+
+
+def builtin_profiles() -> dict[str, InstanceProfile]:
+    out = {}
+    folder = resources.files("simulator") / "profiles"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            profile = _parse(yaml.safe_load(entry.read_text()), entry.name)
+            out[profile.name] = profile
+    return out
+
+
+def load_profile(name_or_path: str) -> InstanceProfile:
+    """A shipped profile by name, or a user's profile file by path."""
+    builtin = builtin_profiles()
+    if name_or_path in builtin:
+        return builtin[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ProfileError(f"{path}: not valid YAML ({exc})") from exc
+        return _parse(raw, str(path))
+    raise ProfileError(f"unknown profile {name_or_path!r}: use one of "
+                       f"{', '.join(sorted(builtin))} or the path of a profile YAML file")

@@ -1,0 +1,552 @@
+"""Request traces: loaders for public production formats, a seeded synthetic default, stats.
+
+A :class:`Trace` holds one row per request as numpy arrays (arrival seconds from the first
+request, prompt and output tokens, optional prefix-block hashes). Formats:
+
+* ``azure``: Azure LLM inference traces, ``TIMESTAMP,ContextTokens,GeneratedTokens``; both the
+  2023 (``2023-11-16 18:17:03.9799600``) and 2024 (``2024-05-10 00:00:00.009930+00:00``)
+  timestamp styles.
+* ``burstgpt``: ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
+  (seconds from the trace start).
+* ``mooncake``: JSON lines with ``timestamp`` (ms), ``input_length``, ``output_length``,
+  ``hash_ids`` (512-token prefix blocks); plain or gzip.
+* ``servegen``: ServeGen per-client rate windows (``client_id, window_start_s, rate_rps, cv,
+  arrival_dist, dist_param1, dist_param2``), rebuilt into arrivals as ServeGen's own generator
+  does: ceil(rate x window) inter-arrival gaps drawn from the client's Gamma or Weibull
+  distribution, rescaled to fill the window; token lengths drawn from the per-6-hour quantiles
+  of a length file (``servegen_token_lengths_6h``). Fourteen days of ServeGen are hundreds of
+  millions of requests: :func:`servegen_load_series` aggregates them for the fluid simulator
+  without materialising them, and :func:`load_trace` takes a ``start_s``/``duration_s`` window.
+* ``synthetic``: the embedded default (:func:`synthetic_trace`): a daily cycle, random bursts,
+  and a mixture of chat, retrieval-augmented and code requests, fully determined by a seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "FORMATS",
+    "Trace",
+    "TraceError",
+    "TraceStats",
+    "detect_format",
+    "load_trace",
+    "synthetic_trace",
+    "trace_stats",
+]
+
+FORMATS = ("azure", "burstgpt", "mooncake", "servegen", "synthetic")
+MOONCAKE_BLOCK_TOKENS = 512
+SERVEGEN_WINDOW_S = 600.0
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class TraceError(ValueError):
+    """A trace cannot be read: the message names the file, line and column, and the fix."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    arrival_s: FloatArray
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    hash_ids: list[IntArray] | None = None
+    start: datetime | None = None
+    """Wall-clock time of arrival 0, when the format records one."""
+    skipped_rows: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def span_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    def take(self, index: IntArray) -> Trace:
+        hashes = [self.hash_ids[i] for i in index] if self.hash_ids is not None else None
+        return replace(self, arrival_s=self.arrival_s[index],
+                       prompt_tokens=self.prompt_tokens[index],
+                       output_tokens=self.output_tokens[index], hash_ids=hashes)
+
+    def window(self, start_s: float, duration_s: float) -> Trace:
+        mask = (self.arrival_s >= start_s) & (self.arrival_s < start_s + duration_s)
+        out = self.take(np.flatnonzero(mask))
+        return replace(out, arrival_s=out.arrival_s - start_s)
+
+    def scaled(self, factor: float, *, seed: int = 0) -> Trace:
+        """Thin (factor < 1) or multiply (factor > 1) arrivals, keeping the time pattern.
+
+        Each request is kept floor(factor) times plus once more with probability
+        frac(factor); copies arrive within a second of the original (uniform jitter)."""
+        if not factor > 0 or not math.isfinite(factor):
+            raise TraceError(f"--scale must be a positive number, got {factor!r}")
+        if factor == 1:
+            return self
+        rng = np.random.default_rng(seed)
+        copies = np.floor(factor).astype(np.int64) + (rng.random(len(self)) < factor % 1)
+        index = np.repeat(np.arange(len(self)), copies)
+        out = self.take(index)
+        jitter = rng.random(len(index))
+        first = np.ones(len(index), dtype=bool)
+        first[1:] = index[1:] != index[:-1]
+        arrivals = out.arrival_s + np.where(first, 0.0, jitter)
+        order = np.argsort(arrivals, kind="stable")
+        out = out.take(order)
+        return replace(out, arrival_s=arrivals[order], name=f"{self.name} x{factor:g}")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def detect_format(path: Path) -> str:
+    name = path.name.lower()
+    for fmt in ("mooncake", "servegen", "burstgpt", "azure"):
+        if fmt in name:
+            return fmt
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return "mooncake"
+    with _open(path) as handle:
+        header = handle.readline()
+    if header.startswith("TIMESTAMP"):
+        return "azure"
+    if header.startswith("Timestamp,Model"):
+        return "burstgpt"
+    if header.startswith("client_id"):
+        return "servegen"
+    raise TraceError(f"{path}: cannot tell the trace format from its name or header; pass "
+                     f"--format with one of {', '.join(FORMATS)}")
+
+
+def _open(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open("r", encoding="utf-8", newline="")
+
+
+def _finish(name: str, arrivals: list[float], prompts: list[int], outputs: list[int],
+            hashes: list[IntArray] | None, *, start: datetime | None, skipped: int,
+            path: Path) -> Trace:
+    if not arrivals:
+        raise TraceError(f"{path}: the trace has no requests; check the file and --format")
+    a = np.asarray(arrivals, dtype=np.float64)
+    notes: list[str] = []
+    if skipped:
+        notes.append(f"skipped {skipped} malformed row(s)")
+    if np.any(np.diff(a) < 0):
+        warnings.warn(f"{path}: timestamps are not sorted; sorting them", stacklevel=3)
+        notes.append("timestamps were not sorted; sorted them")
+        order = np.argsort(a, kind="stable")
+    else:
+        order = np.arange(len(a))
+    a = a[order]
+    trace = Trace(name=name, arrival_s=a - a[0],
+                  prompt_tokens=np.asarray(prompts, dtype=np.int64)[order],
+                  output_tokens=np.asarray(outputs, dtype=np.int64)[order],
+                  hash_ids=[hashes[i] for i in order] if hashes is not None else None,
+                  start=start, skipped_rows=skipped, notes=tuple(notes))
+    return trace
+
+
+def _bad(path: Path, line: int, column: str, problem: str) -> TraceError:
+    return TraceError(f"{path}, line {line}, column {column!r}: {problem}; fix the row or pass "
+                      "--skip-bad-rows to skip malformed rows")
+
+
+def _int_field(row: dict[str, str], key: str, path: Path, line: int) -> int:
+    text = row.get(key)
+    if text is None:
+        raise _bad(path, line, key, "missing value")
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise _bad(path, line, key, f"expected a token count, got {text!r}") from None
+    if value < 0:
+        raise _bad(path, line, key, f"expected a non-negative token count, got {value}")
+    return value
+
+
+def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    with _open(path) as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(f"{path}: missing column(s) {', '.join(missing)}; expected "
+                             f"{', '.join(required)} (header was {reader.fieldnames})")
+        yield from enumerate(reader, start=2)
+
+
+def load_azure(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+    arrivals: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    skipped = 0
+    first: datetime | None = None
+    for line, row in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+        try:
+            text = row["TIMESTAMP"]
+            try:
+                stamp = datetime.fromisoformat(text)
+            except (TypeError, ValueError):
+                raise _bad(path, line, "TIMESTAMP",
+                           f"expected 'YYYY-MM-DD HH:MM:SS.fff', got {text!r}") from None
+            if first is None:
+                first = stamp
+            try:
+                offset = (stamp - first).total_seconds()
+            except TypeError:
+                raise _bad(path, line, "TIMESTAMP", "mixes time zones with naive times") \
+                    from None
+            p = _int_field(row, "ContextTokens", path, line)
+            o = _int_field(row, "GeneratedTokens", path, line)
+        except TraceError:
+            if not skip_bad_rows:
+                raise
+            skipped += 1
+            continue
+        arrivals.append(offset)
+        prompts.append(p)
+        outputs.append(o)
+    return _finish(path.name, arrivals, prompts, outputs, None, start=first, skipped=skipped,
+                   path=path)
+
+
+def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+    arrivals: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    skipped = 0
+    for line, row in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+        try:
+            text = row["Timestamp"]
+            try:
+                t = float(text)
+            except (TypeError, ValueError):
+                raise _bad(path, line, "Timestamp", f"expected seconds, got {text!r}") \
+                    from None
+            p = _int_field(row, "Request tokens", path, line)
+            o = _int_field(row, "Response tokens", path, line)
+        except TraceError:
+            if not skip_bad_rows:
+                raise
+            skipped += 1
+            continue
+        arrivals.append(t)
+        prompts.append(p)
+        outputs.append(o)
+    return _finish(path.name, arrivals, prompts, outputs, None, start=None, skipped=skipped,
+                   path=path)
+
+
+def load_mooncake(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+    arrivals: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    hashes: list[IntArray] = []
+    skipped = 0
+    with _open(path) as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise _bad(path, line, f"char {exc.colno}", f"not JSON ({exc.msg})") \
+                        from None
+                for key in ("timestamp", "input_length", "output_length"):
+                    if not isinstance(row.get(key), int | float) or isinstance(row[key], bool) \
+                            or row[key] < 0:
+                        raise _bad(path, line, key,
+                                   f"expected a non-negative number, got {row.get(key)!r}")
+                ids = row.get("hash_ids", [])
+                if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
+                    raise _bad(path, line, "hash_ids", "expected a list of integers")
+            except TraceError:
+                if not skip_bad_rows:
+                    raise
+                skipped += 1
+                continue
+            arrivals.append(row["timestamp"] / 1000.0)
+            prompts.append(int(row["input_length"]))
+            outputs.append(int(row["output_length"]))
+            hashes.append(np.asarray(ids, dtype=np.int64))
+    return _finish(path.name, arrivals, prompts, outputs, hashes, start=None, skipped=skipped,
+                   path=path)
+
+
+# ServeGen ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LengthWindow:
+    start_s: float
+    input_q: tuple[float, float, float, float]  # p50, p90, p99, mean
+    output_q: tuple[float, float, float, float]
+
+
+def _servegen_model(path: Path) -> str:
+    name = path.name
+    for model in ("m-large", "m-small", "m-mid"):
+        if model in name:
+            return model
+    return "m-large"
+
+
+def _load_lengths(path: Path, model: str) -> list[_LengthWindow]:
+    out = []
+    for line, row in _csv_rows(path, ("model", "window_start_s", "p50_input", "p90_input",
+                                       "p99_input", "p50_output", "p90_output", "p99_output")):
+        if row["model"] != model:
+            continue
+        try:
+            out.append(_LengthWindow(
+                float(row["window_start_s"]),
+                (float(row["p50_input"]), float(row["p90_input"]), float(row["p99_input"]),
+                 float(row["mean_input_tokens"])),
+                (float(row["p50_output"]), float(row["p90_output"]), float(row["p99_output"]),
+                 float(row["mean_output_tokens"]))))
+        except (KeyError, ValueError):
+            raise _bad(path, line, "p50_input", "expected numbers") from None
+    if not out:
+        raise TraceError(f"{path}: no token-length rows for model {model!r}")
+    return sorted(out, key=lambda w: w.start_s)
+
+
+def _sample_lengths(q: tuple[float, float, float, float], n: int,
+                    rng: np.random.Generator) -> IntArray:
+    """Draw lengths through a piecewise log-linear quantile function fitted to p50/p90/p99."""
+    p50, p90, p99, _mean = (max(1.0, v) for v in q)
+    probs = np.array([0.0, 0.5, 0.9, 0.99, 1.0])
+    values = np.log(np.array([max(1.0, p50 / 8), p50, max(p90, p50), max(p99, p90),
+                              max(p99, p90) * 1.5]))
+    u = rng.random(n)
+    drawn: IntArray = np.maximum(1, np.exp(np.interp(u, probs, values))).astype(np.int64)
+    return drawn
+
+
+def _servegen_rows(path: Path) -> list[tuple[float, float, str, float, float]]:
+    rows = []
+    for line, row in _csv_rows(path, ("client_id", "window_start_s", "rate_rps",
+                                       "arrival_dist", "dist_param1", "dist_param2")):
+        try:
+            start = float(row["window_start_s"])
+            rate = float(row["rate_rps"])
+            p1 = float(row["dist_param1"] or 0)
+            p2 = float(row["dist_param2"] or 0)
+        except ValueError:
+            raise _bad(path, line, "rate_rps", "expected numbers") from None
+        dist = row["arrival_dist"] or ""
+        if dist not in ("", "Gamma", "Weibull"):
+            raise _bad(path, line, "arrival_dist", f"expected Gamma or Weibull, got {dist!r}")
+        rows.append((start, rate, dist, p1, p2))
+    if not rows:
+        raise TraceError(f"{path}: the trace has no rows")
+    return rows
+
+
+def _default_lengths_path(path: Path) -> Path | None:
+    candidate = path.parent / "servegen_token_lengths_6h_DERIVED.csv"
+    return candidate if candidate.exists() else None
+
+
+def load_servegen(path: Path, *, lengths_path: Path | None = None, seed: int = 0,
+                  start_s: float = 0.0, duration_s: float | None = None) -> Trace:
+    """Materialise ServeGen arrivals between ``start_s`` and ``start_s + duration_s``."""
+    rng = np.random.default_rng(seed)
+    model = _servegen_model(path)
+    lengths_path = lengths_path or _default_lengths_path(path)
+    lengths = _load_lengths(lengths_path, model) if lengths_path else None
+    end = math.inf if duration_s is None else start_s + duration_s
+    arrivals: list[FloatArray] = []
+    for w_start, rate, dist, p1, p2 in _servegen_rows(path):
+        if rate <= 0 or not dist or w_start + SERVEGEN_WINDOW_S <= start_s or w_start >= end:
+            continue
+        n = math.ceil(rate * SERVEGEN_WINDOW_S)
+        if dist == "Gamma":
+            gaps = rng.gamma(shape=max(p1, 1e-6), scale=max(p2, 1e-12), size=n)
+        else:
+            gaps = rng.weibull(max(p1, 1e-6), size=n) * max(p2, 1e-12)
+        times = np.cumsum(gaps)
+        times = times / times[-1] * SERVEGEN_WINDOW_S * (n - 1) / n if times[-1] > 0 else \
+            np.linspace(0, SERVEGEN_WINDOW_S, n, endpoint=False)
+        t = w_start + times
+        arrivals.append(t[(t >= start_s) & (t < end)])
+    if not arrivals or not sum(len(a) for a in arrivals):
+        raise TraceError(f"{path}: no requests between {start_s:g}s and {end:g}s")
+    a = np.sort(np.concatenate(arrivals))
+    prompts, outputs = _servegen_lengths(a, lengths, rng)
+    notes: tuple[str, ...] = ("arrivals rebuilt from per-client rate windows (ServeGen's "
+                              "method)",)
+    if lengths is None:
+        notes += ("no token-length file found: lengths drawn from the synthetic default mix",)
+    return Trace(name=path.name, arrival_s=a - start_s, prompt_tokens=prompts,
+                 output_tokens=outputs, notes=notes)
+
+
+def _servegen_lengths(a: FloatArray, lengths: list[_LengthWindow] | None,
+                      rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+    if lengths is None:
+        return _mix_lengths(len(a), rng)
+    starts = np.array([w.start_s for w in lengths])
+    which = np.clip(np.searchsorted(starts, a, side="right") - 1, 0, len(lengths) - 1)
+    prompts = np.empty(len(a), dtype=np.int64)
+    outputs = np.empty(len(a), dtype=np.int64)
+    for i, w in enumerate(lengths):
+        idx = np.flatnonzero(which == i)
+        if len(idx):
+            prompts[idx] = _sample_lengths(w.input_q, len(idx), rng)
+            outputs[idx] = _sample_lengths(w.output_q, len(idx), rng)
+    return prompts, outputs
+
+
+def servegen_load_series(path: Path, *, lengths_path: Path | None = None,
+                         bin_s: float = SERVEGEN_WINDOW_S) -> dict[str, Any]:
+    """Aggregate request rate per window and length quantiles, without materialising
+    requests (for the fluid simulator and for forecasting)."""
+    rows = _servegen_rows(path)
+    starts = np.array([r[0] for r in rows])
+    rates = np.array([r[1] for r in rows])
+    n_bins = math.ceil((starts.max() + SERVEGEN_WINDOW_S) / bin_s)
+    total = np.bincount((starts // bin_s).astype(np.int64), weights=rates * SERVEGEN_WINDOW_S,
+                        minlength=n_bins) / bin_s
+    lengths_path = lengths_path or _default_lengths_path(path)
+    lengths = _load_lengths(lengths_path, _servegen_model(path)) if lengths_path else None
+    return {"bin_s": bin_s, "rate_rps": total, "lengths": lengths}
+
+
+# Synthetic ----------------------------------------------------------------------------------
+
+_MIX = (  # share, prompt (median, sigma), output (median, sigma): chat, RAG, code
+    (0.55, (600.0, 0.9), (220.0, 0.8)),
+    (0.30, (3000.0, 0.6), (160.0, 0.7)),
+    (0.15, (1500.0, 0.8), (40.0, 1.0)),
+)
+
+
+def _mix_lengths(n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+    shares = np.array([m[0] for m in _MIX])
+    kind = rng.choice(len(_MIX), size=n, p=shares / shares.sum())
+    prompts = np.empty(n)
+    outputs = np.empty(n)
+    for k, (_, (pm, ps), (om, os_)) in enumerate(_MIX):
+        idx = kind == k
+        prompts[idx] = rng.lognormal(math.log(pm), ps, idx.sum())
+        outputs[idx] = rng.lognormal(math.log(om), os_, idx.sum())
+    return (np.clip(prompts, 16, 32000).astype(np.int64),
+            np.clip(outputs, 1, 4096).astype(np.int64))
+
+
+def synthetic_trace(*, duration_s: float = 3 * 3600, mean_rps: float = 20.0,
+                    daily_swing: float = 0.6, period_s: float = 86400.0,
+                    phase_s: float = 0.0, bursts_per_hour: float = 1.5,
+                    burst_factor: float = 2.5, burst_duration_s: float = 240.0,
+                    seed: int = 0) -> Trace:
+    """A seeded synthetic trace: sinusoidal daily cycle (``daily_swing`` is the relative
+    amplitude), random bursts that multiply the rate for a few minutes, and a three-way length
+    mix (chat, retrieval-augmented, code). The same seed gives the same trace."""
+    if duration_s <= 0 or mean_rps <= 0:
+        raise TraceError("synthetic trace: duration_s and mean_rps must be positive")
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, duration_s, 1.0)
+    rate = mean_rps * (1 + daily_swing * np.sin(2 * np.pi * (t + phase_s) / period_s -
+                                                np.pi / 2))
+    n_bursts = rng.poisson(bursts_per_hour * duration_s / 3600)
+    for start in rng.uniform(0, duration_s, n_bursts):
+        length = rng.exponential(burst_duration_s)
+        ramp = np.clip((t - start) / 30.0, 0, 1) * np.clip((start + length - t) / 30.0, 0, 1)
+        rate *= 1 + (burst_factor - 1) * ramp
+    counts = rng.poisson(np.maximum(rate, 0))
+    arrivals = np.repeat(t, counts) + rng.random(int(counts.sum()))
+    arrivals.sort()
+    prompts, outputs = _mix_lengths(len(arrivals), rng)
+    return Trace(name=f"synthetic(seed={seed})", arrival_s=arrivals - arrivals[0],
+                 prompt_tokens=prompts, output_tokens=outputs,
+                 notes=(f"{n_bursts} burst(s)",))
+
+
+def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool = False,
+               seed: int = 0, start_s: float = 0.0, duration_s: float | None = None) -> Trace:
+    """Load a trace file (format from ``fmt`` or detected), or ``synthetic`` for the default."""
+    if str(path) == "synthetic" or fmt == "synthetic":
+        trace = synthetic_trace(seed=seed, duration_s=(duration_s or 3 * 3600) + start_s)
+        return trace.window(start_s, duration_s or math.inf) if start_s else trace
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file; give a trace path or 'synthetic'")
+    fmt = fmt or detect_format(p)
+    if fmt not in FORMATS:
+        raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "servegen":
+        return load_servegen(p, seed=seed, start_s=start_s, duration_s=duration_s)
+    loader = {"azure": load_azure, "burstgpt": load_burstgpt, "mooncake": load_mooncake}[fmt]
+    trace = loader(p, skip_bad_rows=skip_bad_rows)
+    if start_s or duration_s is not None:
+        trace = trace.window(start_s, duration_s if duration_s is not None else math.inf)
+        if not len(trace):
+            raise TraceError(f"{p}: no requests in the chosen window")
+    return trace
+
+
+# Stats ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    name: str
+    requests: int
+    span_s: float
+    rate_rps: dict[str, float]
+    prompt_tokens: dict[str, float]
+    output_tokens: dict[str, float]
+    prefix_blocks_mean: float | None
+
+    def table(self) -> str:
+        def row(label: str, d: dict[str, float], fmt: str) -> str:
+            return f"{label:<22}" + "".join(f"{format(d[k], fmt):>10}" for k in d)
+
+        keys = list(self.rate_rps)
+        lines = [
+            f"trace       {self.name}",
+            f"requests    {self.requests:,}",
+            f"span        {self.span_s:,.0f} s ({self.span_s / 3600:.2f} h)",
+            f"{'':<22}" + "".join(f"{k:>10}" for k in keys),
+            row("rate (req/s, 1-min)", self.rate_rps, ".2f"),
+            row("prompt tokens", self.prompt_tokens, ".0f"),
+            row("output tokens", self.output_tokens, ".0f"),
+        ]
+        if self.prefix_blocks_mean is not None:
+            lines.append(f"prefix blocks/request {self.prefix_blocks_mean:.1f}")
+        return "\n".join(lines)
+
+
+def _pcts(values: npt.NDArray[Any]) -> dict[str, float]:
+    v = np.asarray(values, dtype=np.float64)
+    return {"mean": float(v.mean()), "p5": float(np.percentile(v, 5)),
+            "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
+            "p99": float(np.percentile(v, 99)), "max": float(v.max())}
+
+
+def trace_stats(trace: Trace) -> TraceStats:
+    minutes = np.floor(trace.arrival_s / 60).astype(np.int64)
+    per_minute = np.bincount(minutes) / 60.0
+    blocks = (float(np.mean([len(h) for h in trace.hash_ids])) if trace.hash_ids else None)
+    return TraceStats(name=trace.name, requests=len(trace), span_s=trace.span_s,
+                      rate_rps=_pcts(per_minute), prompt_tokens=_pcts(trace.prompt_tokens),
+                      output_tokens=_pcts(trace.output_tokens), prefix_blocks_mean=blocks)
