@@ -21,8 +21,9 @@ class OutputError(Exception):
     """The output folder cannot be written; the message says why and what to do."""
 
 
-def write_tree(target: Path, files: Mapping[str, str]) -> None:
-    """Replace ``target`` with exactly ``files`` ({relative path: text}), atomically."""
+def write_tree(target: Path, files: Mapping[str, str | bytes]) -> None:
+    """Replace ``target`` with exactly ``files`` ({relative path: text or bytes}),
+    atomically."""
     target = Path(target)
     if target.exists():
         if not target.is_dir():
@@ -43,7 +44,10 @@ def write_tree(target: Path, files: Mapping[str, str]) -> None:
         for rel, text in sorted(files.items()):
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text, encoding="utf-8")
         (staging / MARKER).write_text("This folder is replaced as a whole by pdscale.\n",
                                       encoding="utf-8")
         os.chmod(staging, 0o755)

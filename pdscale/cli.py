@@ -156,6 +156,102 @@ def _cmd_query(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Progress:
+    """A progress bar on stderr for work that takes more than a couple of seconds."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.perf_counter()
+        self.shown = False
+        self.last = -1
+
+    def __call__(self, fraction: float) -> None:
+        if time.perf_counter() - self.started < 2.0:
+            return
+        percent = int(fraction * 100)
+        if percent == self.last:
+            return
+        self.last = percent
+        bar = "#" * (percent // 4) + "." * (25 - percent // 4)
+        end = "\r" if sys.stderr.isatty() else "\n"
+        if sys.stderr.isatty() or percent % 10 == 0:
+            print(f"{self.label} [{bar}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
+            self.shown = True
+
+    def close(self) -> None:
+        if self.shown and sys.stderr.isatty():
+            print(file=sys.stderr)
+
+
+def _cmd_trace_stats(args: argparse.Namespace) -> int:
+    from simulator import TraceError, load_trace, trace_stats
+
+    try:
+        trace = load_trace(args.trace, args.format, skip_bad_rows=args.skip_bad_rows,
+                           seed=args.seed, duration_s=args.duration)
+        trace = trace.scaled(args.scale, seed=args.seed)
+    except TraceError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    print(trace_stats(trace).table())
+    for note in trace.notes:
+        print(f"note: {note}")
+    return EXIT_OK
+
+
+def _parse_failure(text: str) -> tuple[float, Role]:
+    try:
+        when, role = text.split(":")
+        return float(when), Role(role)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected SECONDS:prefill or SECONDS:decode, got {text!r}") from None
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from pdscale._io import OutputError, write_tree
+    from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    options = SimOptions(trace=args.trace, fmt=args.format, policy=args.policy, mode=args.mode,
+                         cold_start_s=args.cold_start, seed=args.seed, scale=args.scale,
+                         service=args.service, router=args.router, start_s=args.start,
+                         duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
+                         failures=tuple(args.fail or ()),
+                         prefix_hit=args.prefix_hit)
+    progress = _Progress(f"simulating {args.policy}")
+    try:
+        result, meta = simulate(spec, options, progress=progress)
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        progress.close()
+        _err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    progress.close()
+    try:
+        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
+    except OutputError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    s = result.summary
+    print(f"{meta['policy']} on {meta['trace']} ({meta['mode']} mode, service "
+          f"{meta['service']}): {s['requests']:,} requests in {s['wall_s']:.1f}s")
+    print(f"  SLO attainment {s['slo_attainment']:.2%} (TTFT {s['ttft_attainment']:.2%}, "
+          f"ITL {s['itl_attainment']:.2%}); TTFT p95 {_fmt_s(s['ttft_p95_s'])}, "
+          f"ITL p95 {_fmt_s(s['itl_p95_s'])}")
+    pools = s["pools"]
+    print(f"  GPU-hours {s['gpu_hours']:.2f} (prefill {pools['prefill']['gpu_hours']:.2f}, "
+          f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
+    print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
+          + ("" if args.no_plots else ", plots/"))
+    return EXIT_OK
+
+
+def _fmt_s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pdscale", description=_DESCRIPTION, epilog=_EPILOG,
@@ -201,6 +297,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal", required=True, help="signal name, see `pdscale signals`")
     p.add_argument("--window", default="5m", help="rate window (default 5m)")
     p.set_defaults(func=_cmd_query)
+
+    trace = sub.add_parser("trace", help="inspect request traces")
+    trace_sub = trace.add_subparsers(dest="trace_command", metavar="COMMAND", required=True)
+    p = trace_sub.add_parser("stats", help="span, requests, rate and token-length percentiles",
+                             description="Load a trace and print its span, request count, "
+                                         "per-minute rate percentiles and token-length "
+                                         "percentiles. TRACE is a file or 'synthetic'.")
+    p.add_argument("trace")
+    p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
+                                        "synthetic"], help="default: from the name or header")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="thin (<1) or multiply (>1) arrivals")
+    p.add_argument("--duration", type=float, help="seconds to load (ServeGen: default all, "
+                   "which can be hundreds of millions of requests)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip malformed rows and report how many")
+    p.set_defaults(func=_cmd_trace_stats)
+
+    p = sub.add_parser("simulate", help="replay a trace through simulated P/D pools",
+                       description="Replay a trace through the service's prefill and decode "
+                                   "pools (profiles and SLOs from the spec) under a scaling "
+                                   "policy; writes summary.json, timeseries.csv, "
+                                   "decisions.json and plots/ into --out.")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--trace", default="synthetic", help="trace file or 'synthetic' (default)")
+    p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
+                                        "synthetic"])
+    p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",
+                                                          "oracle"])
+    p.add_argument("--mode", default="auto", choices=["event", "fluid", "auto"],
+                   help="event: per request; fluid: aggregates (multi-day); auto: event up "
+                        "to 6 h and 3M requests")
+    p.add_argument("--cold-start", type=float, help="seconds; overrides the spec's pools")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--service", help="service of the spec (default: the first)")
+    p.add_argument("--router", default="least_loaded", choices=["least_loaded", "prefix"])
+    p.add_argument("--start", type=float, default=0.0, help="seconds into the trace")
+    p.add_argument("--duration", type=float, help="seconds of the trace to replay")
+    p.add_argument("--prefix-hit", type=float, help="fluid mode: assumed prefix hit rate")
+    p.add_argument("--fail", action="append", type=_parse_failure, metavar="SECONDS:ROLE",
+                   help="lose a replica of ROLE at SECONDS (repeatable)")
+    p.add_argument("--skip-bad-rows", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_cmd_simulate)
     return parser
 
 

@@ -145,8 +145,9 @@ def _mgc_wait(rho: float, c: int, mean_s: float, scv: float) -> float:
     """Mean wait in an M/G/c queue (Allen-Cunneen, Sakasegawa's P(wait))."""
     if rho >= 1 or c <= 0:
         return math.inf
-    p_wait = float(rho) ** (math.sqrt(2 * (c + 1)) - 1)
-    return p_wait / (c * (1 - rho)) * (1 + scv) / 2 * mean_s
+    p_wait: float = math.pow(rho, math.sqrt(2 * (c + 1)) - 1)
+    wait: float = p_wait / (c * (1 - rho)) * (1 + scv) / 2 * mean_s
+    return wait
 
 
 def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,

@@ -17,8 +17,15 @@ PUBLIC = {
                   "metric_names_in", "pool_expr", "pool_query", "recorded_name", "signal_def",
                   "slo_error_ratio_expr", "slo_error_ratio_record"],
     "forecasting": [],
-    "controller": [],
-    "simulator": [],
+    "controller": ["Actuator", "Observation", "Policy", "PoolDecision", "PoolKey",
+                   "PoolObservation", "PoolReplicas"],
+    "simulator": ["FORMATS", "POLICIES", "DynamoPolicy", "EventSimulator", "FluidLoad",
+                  "InstanceProfile", "OraclePolicy", "PoolSetup", "ProfileError",
+                  "ReactivePolicy", "SimOptions", "SimResult", "SimSetup", "StaticPolicy",
+                  "Trace", "TraceError", "TraceStats", "builtin_profiles", "demand_plan",
+                  "fluid_load_from_servegen", "fluid_load_from_trace", "load_profile",
+                  "load_trace", "result_files", "run_event", "run_fluid", "simulate",
+                  "size_for_peak", "synthetic_trace", "trace_stats"],
 }
 
 

@@ -1,0 +1,289 @@
+"""One simulation from a spec: pick the service, profiles, trace and policy; run; render.
+
+``simulate`` returns the result; ``result_files`` renders it as files (summary.json, a
+per-minute timeseries.csv, decisions.json and PNG plots) for the CLI to write atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from controller import Policy
+from pdscale.spec import Role, ServiceSpec, Spec
+from simulator._event import PoolSetup, SimSetup
+from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
+from simulator._policies import (
+    DemandPlan,
+    DynamoPolicy,
+    OraclePolicy,
+    ReactivePolicy,
+    StaticPolicy,
+    decode_batch_at_slo,
+    demand_plan,
+    size_for_peak,
+)
+from simulator._profiles import load_profile
+from simulator._runner import SimResult, run_event
+from simulator._trace import Trace, TraceError, detect_format, load_trace
+
+__all__ = ["POLICIES", "SimOptions", "result_files", "simulate"]
+
+POLICIES = ("static", "reactive", "dynamo", "oracle")
+Mode = Literal["event", "fluid", "auto"]
+EVENT_LIMIT_REQUESTS = 3_000_000
+EVENT_LIMIT_SPAN_S = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    trace: str = "synthetic"
+    fmt: str | None = None
+    policy: str = "static"
+    mode: Mode = "auto"
+    cold_start_s: float | None = None
+    seed: int = 0
+    scale: float = 1.0
+    service: str | None = None
+    router: Literal["least_loaded", "prefix"] = "least_loaded"
+    start_s: float = 0.0
+    duration_s: float | None = None
+    skip_bad_rows: bool = False
+    failures: tuple[tuple[float, Role], ...] = ()
+    observation_delay_s: float = 30.0
+    prefix_hit: float | None = None
+    """Prefix-cache hit rate assumed by the fluid mode (event mode simulates it)."""
+
+
+def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
+    """The oracle's plan for a fluid load: per step, replicas for its token rate and its
+    decode concurrency (Little's law at the batch that meets the ITL SLO)."""
+    pp, dp = setup.prefill.profile, setup.decode.profile
+    p_need = np.zeros(load.steps)
+    d_need = np.zeros(load.steps)
+    for k in range(load.steps):
+        prompts = load.prompt_samples[int(load.sample_index[k])]
+        outputs = load.output_samples[int(load.sample_index[k])]
+        rate = load.requests[k] / load.dt_s
+        mu = pp.prefill_tokens_per_s(float(prompts.mean()), float((prompts ** 2).mean())) * 0.8
+        p_need[k] = rate * prompts.mean() * (1 - load.prefix_hit) / mu
+        ctx = float(prompts.mean() + outputs.mean() / 2)
+        batch = decode_batch_at_slo(dp, setup.slo_itl_s, ctx)
+        step = dp.decode_step_ms(batch, batch * ctx) / 1000
+        d_need[k] = rate * outputs.mean() * step / batch
+    per_s = max(1, int(load.dt_s))
+    p = np.repeat(np.maximum(np.ceil(p_need), 1), per_s).astype(np.int64)
+    d = np.repeat(np.maximum(np.ceil(d_need), 1), per_s).astype(np.int64)
+    return DemandPlan(p, d)
+
+
+def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
+    if name == "static":
+        return StaticPolicy()
+    if name == "reactive":
+        return ReactivePolicy(tick_s=setup.tick_s)
+    if name == "dynamo":
+        return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
+                            ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
+    if name == "oracle":
+        return OraclePolicy(plan, service=setup.service,
+                            cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
+                                          Role.DECODE: setup.decode.cold_start_s},
+                            tick_s=setup.tick_s)
+    raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}")
+
+
+def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int]) -> SimSetup:
+    pools = {}
+    for role in Role:
+        pool = service.pools[role]
+        profile = load_profile(pool.profile)
+        cold = options.cold_start_s if options.cold_start_s is not None else pool.cold_start
+        pools[role] = PoolSetup(role=role, profile=profile,
+                                initial_replicas=max(pool.min_replicas,
+                                                     min(pool.max_replicas, initial[role])),
+                                min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+                                gpus_per_replica=pool.gpus_per_replica, cold_start_s=cold)
+    return SimSetup(service=service.name, prefill=pools[Role.PREFILL],
+                    decode=pools[Role.DECODE], slo_ttft_s=service.slo.ttft_p95_s,
+                    slo_itl_s=service.slo.itl_p95_s, router=options.router,
+                    failures=options.failures)
+
+
+def _resolve_mode(options: SimOptions, path_fmt: str | None, trace: Trace | None) -> str:
+    if options.mode != "auto":
+        return options.mode
+    if trace is None:
+        return "fluid"
+    if len(trace) > EVENT_LIMIT_REQUESTS or trace.span_s > EVENT_LIMIT_SPAN_S:
+        return "fluid"
+    return "event"
+
+
+def simulate(spec: Spec, options: SimOptions, *,
+             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Run one simulation; returns the result and a description of what was run."""
+    if options.policy not in POLICIES:
+        raise ValueError(f"unknown policy {options.policy!r}; use one of {', '.join(POLICIES)}")
+    service = spec.service(options.service) if options.service else spec.services[0]
+    fmt = options.fmt
+    if options.trace != "synthetic" and fmt is None:
+        fmt = detect_format(Path(options.trace))
+    trace: Trace | None = None
+    load: FluidLoad | None = None
+    servegen_fluid = fmt == "servegen" and options.mode != "event" and \
+        options.duration_s is None
+    if servegen_fluid:
+        load = fluid_load_from_servegen(Path(options.trace), seed=options.seed,
+                                        scale=options.scale)
+    else:
+        duration = options.duration_s
+        if fmt == "servegen" and duration is None:
+            duration = 3600.0  # event mode: one hour unless asked otherwise
+        trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
+                           seed=options.seed, start_s=options.start_s, duration_s=duration)
+        trace = trace.scaled(options.scale, seed=options.seed)
+        if len(trace) == 0:
+            raise TraceError("the trace has no requests after --scale and the time window")
+    mode = _resolve_mode(options, fmt, trace)
+    if mode == "fluid" and load is None:
+        assert trace is not None
+        load = fluid_load_from_trace(trace, prefix_hit=options.prefix_hit or 0.0)
+    # Size the pools: the oracle's plan gives the static peak and everyone's start.
+    probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1})
+    if trace is not None:
+        plan = demand_plan(trace, probe.prefill.profile, probe.decode.profile,
+                           probe.slo_ttft_s, probe.slo_itl_s,
+                           prefix_hit=options.prefix_hit or 0.0)
+    else:
+        assert load is not None
+        plan = _plan_from_load(load, probe)
+    if options.policy == "static":
+        initial = size_for_peak(plan)
+    else:
+        lead = int(max(probe.prefill.cold_start_s, probe.decode.cold_start_s)) + 60
+        initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
+                   Role.DECODE: int(plan.decode[:lead].max())}
+    setup = _setup(service, options, initial)
+    policy = _policy(options.policy, setup, plan)
+    if mode == "event":
+        assert trace is not None
+        result = run_event(setup, trace, policy, observation_delay_s=options.observation_delay_s,
+                           progress=progress)
+    else:
+        assert load is not None
+        result = run_fluid(setup, load, policy, observation_delay_s=options.observation_delay_s,
+                           progress=progress)
+    capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
+    meta = {
+        "service": service.name,
+        "trace": options.trace,
+        "format": fmt or "synthetic",
+        "policy": options.policy,
+        "mode": mode,
+        "seed": options.seed,
+        "scale": options.scale,
+        "router": options.router,
+        "cold_start_s": {r.value: getattr(setup, r.value).cold_start_s for r in Role},
+        "profiles": {r.value: getattr(setup, r.value).profile.name for r in Role},
+        "slo": {"ttft_p95_s": setup.slo_ttft_s, "itl_p95_s": setup.slo_itl_s},
+        "peak_need_exceeds_max_replicas": capped,
+    }
+    if trace is not None and trace.notes:
+        meta["trace_notes"] = list(trace.notes)
+    result.summary.update(meta)
+    return result, meta
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _plots(result: SimResult) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result.timeseries
+    if not rows:
+        return {}
+    minutes = np.array([r["minute"] for r in rows])
+    x = minutes / 60.0
+    trace_name = Path(str(result.summary.get("trace", ""))).name
+    title = (f"{result.summary.get('policy', '')} on {trace_name} "
+             f"({result.summary.get('mode', '')} mode)")
+    out: dict[str, bytes] = {}
+
+    fig, ax = plt.subplots(figsize=(9, 3))
+    ax.plot(x, [r["arrivals_rps"] for r in rows], color="tab:blue", lw=1)
+    ax.set_ylabel("requests/s")
+    ax2 = ax.twinx()
+    ax2.plot(x, [r["prompt_tokens_per_s"] for r in rows], color="tab:gray", lw=0.8, alpha=0.7)
+    ax2.set_ylabel("prompt tokens/s", color="tab:gray")
+    ax.set_xlabel("hours")
+    ax.set_title(f"Load: {title}")
+    out["plots/load.png"] = _png(fig)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    for ax, role in zip(axes, ("prefill", "decode"), strict=True):
+        ax.plot(x, [r[f"{role}_ready"] for r in rows], label="ready", lw=1.2)
+        ax.plot(x, [r[f"{role}_ready"] + r[f"{role}_starting"] for r in rows],
+                label="ready + starting", lw=0.8, ls="--")
+        ax.plot(x, [r[f"{role}_desired"] for r in rows], label="desired", lw=0.8, alpha=0.7)
+        ax.set_ylabel(f"{role} replicas")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[-1].set_xlabel("hours")
+    axes[0].set_title(f"Replicas: {title}")
+    out["plots/replicas.png"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 3))
+    ttft = [r["ttft_p95_s"] for r in rows]
+    ax.plot(x, ttft, lw=1, label="TTFT p95 (per minute)")
+    slo = result.summary.get("slo", {}).get("ttft_p95_s")
+    if slo:
+        ax.axhline(slo, color="tab:red", ls="--", lw=1, label=f"SLO {slo:g}s")
+    finite = [v for v in ttft if v == v and math.isfinite(v)]
+    if finite and max(finite) > 20 * (slo or 1):
+        ax.set_yscale("log")
+    ax.set_ylabel("seconds")
+    ax.set_xlabel("hours")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"TTFT p95 against the SLO: {title}")
+    out["plots/ttft.png"] = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def _csv(rows: list[dict[str, float]]) -> str:
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def result_files(result: SimResult, *, plots: bool = True) -> dict[str, str | bytes]:
+    files: dict[str, str | bytes] = {
+        "summary.json": json.dumps(result.summary, indent=2, sort_keys=True, default=str) + "\n",
+        "timeseries.csv": _csv(result.timeseries),
+        "decisions.json": json.dumps(result.decisions, indent=1) + "\n",
+    }
+    if plots:
+        files.update(_plots(result))
+    return files

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdscale.cli import main
+from tests.conftest import ROOT, SHARED
+
+SPEC = str(ROOT / "examples" / "vllm.yaml")
+KEYS = {"requests", "slo_attainment", "ttft_attainment", "itl_attainment", "ttft_p50_s",
+        "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p95_s", "gpu_hours", "scale_actions",
+        "pools"}
+
+
+@pytest.mark.parametrize("policy", ["static", "reactive", "dynamo", "oracle"])
+def test_simulate_writes_summary_timeseries_and_plots(policy: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = main(["simulate", "--spec", SPEC, "--trace", "synthetic", "--duration", "900",
+                 "--policy", policy, "--cold-start", "30", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= KEYS
+    for pool in ("prefill", "decode"):
+        assert {"mean_replicas", "peak_replicas", "gpu_hours"} <= set(summary["pools"][pool])
+    assert summary["policy"] == policy and summary["mode"] == "event"
+    assert summary["cold_start_s"] == {"prefill": 30.0, "decode": 30.0}
+    header = (out / "timeseries.csv").read_text().splitlines()[0]
+    assert "prefill_ready" in header and "ttft_p95_s" in header
+    for name in ("load", "replicas", "ttft"):
+        assert (out / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fluid_mode_from_the_cli(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["simulate", "--spec", SPEC, "--duration", "1800", "--mode", "fluid",
+                 "--policy", "oracle", "--no-plots", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "fluid" and summary["requests"] > 0
+    assert not (out / "plots").exists()
+
+
+def test_bad_trace_row_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,x,2\n")
+    assert main(["simulate", "--spec", SPEC, "--trace", str(trace), "--format", "azure",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "line 2, column 'ContextTokens'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_trace_stats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["trace", "stats", "synthetic", "--duration", "600"]) == 0
+    out = capsys.readouterr().out
+    assert "requests" in out and "p95" in out
+    empty = tmp_path / "e.csv"
+    empty.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    assert main(["trace", "stats", str(empty), "--format", "azure"]) == 2
+
+
+def test_unknown_profile_in_spec_exits_2(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(SPEC).read_text().replace("profile: h100-80gb-llama-3.1-8b",
+                                                   "profile: tpu-v9", 1))
+    assert main(["simulate", "--spec", str(spec), "--duration", "60",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "unknown profile 'tpu-v9'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (SHARED / "traces").exists(), reason="../shared/traces is absent")
+@pytest.mark.parametrize("trace", ["azure_llm_2023_code.csv",
+                                   "mooncake_fast25_conversation_trace.jsonl.gz"])
+def test_simulate_shared_traces(trace: str, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert main(["simulate", "--spec", SPEC, "--trace", str(SHARED / "traces" / trace),
+                 "--policy", "oracle", "--no-plots", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] > 8000

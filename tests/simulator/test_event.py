@@ -1,0 +1,148 @@
+"""The event-mode simulator: queueing theory, KV pressure, replica life cycle, routing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from controller import Observation, PoolDecision, PoolKey
+from pdscale.spec import Role
+from simulator import EventSimulator, PoolSetup, SimSetup, Trace, load_profile, run_event
+from simulator._policies import StaticPolicy
+from tests.conftest import SHARED
+
+H100 = load_profile("h100-80gb-llama-3.1-8b")
+
+
+def _trace(arrivals: np.ndarray, prompt: int | np.ndarray, output: int | np.ndarray) -> Trace:
+    n = len(arrivals)
+    return Trace("test", np.asarray(arrivals, dtype=np.float64),
+                 np.broadcast_to(np.asarray(prompt, dtype=np.int64), (n,)).copy(),
+                 np.broadcast_to(np.asarray(output, dtype=np.int64), (n,)).copy())
+
+
+def _setup(prefill: int = 1, decode: int = 1, *, profile=H100, **kw: object) -> SimSetup:
+    return SimSetup("svc", PoolSetup(Role.PREFILL, profile, prefill, 1, 64),
+                    PoolSetup(Role.DECODE, profile, decode, 1, 64), 1.0, 0.05, **kw)
+
+
+def test_md1_mean_wait_matches_queueing_theory() -> None:
+    """One prefill replica, Poisson arrivals, one fixed-length prompt an iteration: an M/D/1
+    queue, whose mean wait is rho S / (2 (1 - rho)) (Pollaczek-Khinchine)."""
+    length = 2000
+    profile = replace(H100, max_prefill_tokens_per_iter=length)
+    service = profile.prefill_ms(length) / 1000
+    rho = 0.7
+    rng = np.random.default_rng(42)
+    arrivals = np.cumsum(rng.exponential(service / rho, 60_000))
+    sim = EventSimulator(_setup(profile=profile, decode=8), _trace(arrivals, length, 1))
+    sim.run()
+    waits = sim.prefill_end - sim.arrival - service
+    expected = rho * service / (2 * (1 - rho))
+    assert float(np.mean(waits)) == pytest.approx(expected, rel=0.05)
+
+
+def test_light_load_latency_is_the_sum_of_its_parts() -> None:
+    sim = EventSimulator(_setup(), _trace(np.array([0.0, 100.0]), 1000, 10))
+    sim.run()
+    ttft = sim.first_token[0] - sim.arrival[0]
+    expected = (H100.prefill_ms(1000) + H100.ttft_overhead_ms + H100.kv_transfer_ms(1000) +
+                H100.decode_step_ms(1, 1000)) / 1000
+    assert ttft == pytest.approx(expected, rel=1e-6)
+    tpot = (sim.finish[0] - sim.first_token[0]) / 9
+    assert tpot == pytest.approx(H100.decode_step_ms(1, 1005) / 1000, rel=0.01)
+
+
+def test_batching_makes_decode_steps_slower() -> None:
+    arrivals = np.linspace(0, 1, 200)
+    sim = EventSimulator(_setup(prefill=8), _trace(arrivals, 500, 400))
+    sim.run()
+    alone = H100.decode_step_ms(1, 500) / 1000
+    assert sim.itl_quantile(0.5) > 2 * alone
+    assert np.all(~np.isnan(sim.finish))
+
+
+def test_kv_pressure_preempts_and_everything_still_finishes() -> None:
+    small = replace(H100, kv_capacity_tokens=60_000)
+    arrivals = np.linspace(0, 2, 60)
+    sim = EventSimulator(_setup(prefill=4, profile=small), _trace(arrivals, 1500, 800))
+    sim.run()
+    assert sim.preemptions > 0
+    assert np.all(~np.isnan(sim.finish))
+    assert sim.finished == 60
+
+
+def test_request_larger_than_the_kv_cache_is_rejected() -> None:
+    small = replace(H100, kv_capacity_tokens=10_000)
+    sim = EventSimulator(_setup(profile=small), _trace(np.array([0.0, 1.0]),
+                                                       np.array([20_000, 100]), 5))
+    sim.run()
+    assert sim.rejected == 1
+    assert np.isnan(sim.finish[0]) and not np.isnan(sim.finish[1])
+
+
+class _Script:
+    name = "script"
+
+    def __init__(self, plan: Mapping[float, Mapping[Role, int]]) -> None:
+        self.plan = plan
+        self.seen: list[Observation] = []
+
+    def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
+        self.seen.append(observation)
+        wanted = self.plan.get(observation.now_s, {})
+        return {("svc", role): PoolDecision(n, ("scripted",)) for role, n in wanted.items()}
+
+
+def test_replicas_start_after_the_cold_start_and_bill_from_the_request() -> None:
+    arrivals = np.linspace(0, 600, 3000)
+    setup = _setup(prefill=1, decode=1, tick_s=15.0)
+    setup = replace(setup, decode=replace(setup.decode, cold_start_s=90.0))
+    policy = _Script({60.0: {Role.DECODE: 3}, 300.0: {Role.DECODE: 1}})
+    result = run_event(setup, _trace(arrivals, 300, 50), policy)
+    starting = [o.pools[("svc", Role.DECODE)].replicas for o in policy.seen]
+    at = {o.now_s: r for o, r in zip(policy.seen, starting, strict=True)}
+    assert at[75.0].starting == 2 and at[75.0].ready == 1
+    assert at[165.0].ready == 3 and at[165.0].starting == 0  # ready at 60 + 90 = 150
+    decode_hours = result.summary["pools"]["decode"]["gpu_hours"]
+    end = result.summary["simulated_s"]
+    # One replica all along, two more billed from 60 s until drained shortly after 300 s.
+    assert decode_hours * 3600 == pytest.approx(end + 2 * 240, abs=2 * 20)
+    assert result.summary["finished"] == 3000
+
+
+def test_observations_are_delayed_like_prometheus() -> None:
+    arrivals = np.concatenate([np.linspace(0, 100, 50), np.linspace(100, 200, 2000)])
+    policy = _Script({})
+    run_event(_setup(tick_s=15.0), _trace(arrivals, 300, 20), policy, observation_delay_s=30)
+    for obs in policy.seen:
+        pool = obs.pools[("svc", Role.PREFILL)]
+        assert pool.data_time_s == max(0.0, obs.now_s - 30)
+    rates = {o.now_s: o.pools[("svc", Role.PREFILL)].signals["request_rate"] for o in policy.seen}
+    # The burst starting at 100 s shows in the data 30 s later.
+    assert rates[120.0] < 5 < rates[150.0]
+
+
+def test_failure_loses_a_replica_and_its_work_is_redone() -> None:
+    arrivals = np.linspace(0, 120, 600)
+    setup = replace(_setup(prefill=2, decode=2), failures=((60.0, Role.DECODE),))
+    result = run_event(setup, _trace(arrivals, 400, 200), StaticPolicy())
+    assert result.summary["rerouted_requests"] > 0
+    assert result.summary["finished"] == 600
+
+
+@pytest.mark.skipif(not (SHARED / "traces").exists(), reason="../shared/traces is absent")
+def test_prefix_aware_routing_raises_the_cache_hit_rate() -> None:
+    from simulator import load_trace
+
+    trace = load_trace(SHARED / "traces" / "mooncake_fast25_conversation_trace.jsonl.gz")
+    trace = trace.window(0, 900)
+    hits = {}
+    for router in ("least_loaded", "prefix"):
+        sim = EventSimulator(_setup(prefill=6, decode=4, router=router), trace)
+        sim.run()
+        hits[router] = sim.cached.sum() / sim.prompt.sum()
+    assert hits["prefix"] > 1.5 * hits["least_loaded"]
