@@ -221,6 +221,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                          duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
                          failures=tuple(args.fail or ()),
                          prefix_hit=args.prefix_hit)
+    if args.live:
+        return _run_live(spec, options, args)
     progress = _Progress(f"simulating {args.policy}")
     try:
         result, meta = simulate(spec, options, progress=progress)
@@ -245,6 +247,51 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
           f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
     print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
           + ("" if args.no_plots else ", plots/"))
+    return EXIT_OK
+
+
+def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pdscale._io import OutputError, write_tree
+    from simulator import EventSimulator, ProfileError, TraceError, result_files
+    from simulator._live import LiveCluster, serve_live
+    from simulator._runner import attach_loop, finish_loop
+    from simulator._simulate import SimOptions, prepare
+
+    assert isinstance(options, SimOptions)
+    try:
+        prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        _err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    assert prepared.trace is not None
+    service = spec.service(prepared.setup.service)
+    sim = EventSimulator(prepared.setup, prepared.trace)
+    loop = attach_loop(sim, prepared.policy, observation_delay_s=options.observation_delay_s)
+    cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
+                          pod_prefix={r: service.pools[r].target.name for r in Role},
+                          speed=args.speed)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def announce(port: int) -> None:
+        print(f"live: http://127.0.0.1:{port}/metrics  POST /scale  GET /status "
+              f"(x{args.speed:g} real time, {len(prepared.trace or [])} requests)", flush=True)
+
+    started = time.perf_counter()
+    serve_live(cluster, host=args.host, port=args.port, stop=stop, on_port=announce)
+    result = finish_loop(sim, loop, time.perf_counter() - started)
+    result.summary.update(prepared.meta)
+    result.summary["mode"] = "live"
+    try:
+        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
+    except OutputError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    print(f"live run ended at {sim.now:.0f} simulated seconds; wrote {args.out}")
     return EXIT_OK
 
 
@@ -342,6 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lose a replica of ROLE at SECONDS (repeatable)")
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--live", action="store_true",
+                   help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
+                        "and POST /scale until the trace ends or Ctrl-C")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="live mode: simulated seconds per wall second (default 1)")
+    p.add_argument("--host", default="127.0.0.1", help="live mode: listen address")
+    p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_simulate)
     return parser

@@ -34,7 +34,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -110,6 +110,9 @@ class _DecodeReplica(_Replica):
     first_pending: list[int] = field(default_factory=list)
     version: int = 0
     stall_s: float = 0.0  # recompute cost to add before the next step
+    tokens: int = 0  # generated tokens (live metrics)
+    preempted: int = 0
+    itl_hist: np.ndarray[Any, np.dtype[np.float64]] | None = None  # token-weighted step times
 
     def kv(self) -> int:
         return self.ctx_offset + len(self.members) * self.steps
@@ -178,6 +181,12 @@ class EventSimulator:
         self._pending_chunks: dict[int, list[tuple[int, int]]] = {}
         self._progress: dict[int, int] = {}  # tokens generated before a preemption
         self._orphans: list[int] = []  # KV arrived while no decode replica was ready
+        self._end_of_arrivals = 0.0
+        self._last_report = 0.0
+        self.on_arrival: Callable[[int], None] | None = None
+        # Which replica prefilled each request (live metrics attribute TTFT to it).
+        self.prefilled_by = np.zeros(n, dtype=np.int64)
+        self.decoded_by = np.zeros(n, dtype=np.int64)
 
     # -- replicas -------------------------------------------------------------------------
 
@@ -255,19 +264,37 @@ class EventSimulator:
         heapq.heappush(self._events, (t, self._seq, int(kind), a, b))
 
     def run(self, *, progress: Callable[[float], None] | None = None) -> None:
+        """Run the whole trace, then close the books."""
+        self.start()
+        self.advance(math.inf, progress=progress)
+        self.close()
+
+    def start(self) -> None:
         n = len(self.arrival)
         for i in range(n):
             self._push(float(self.arrival[i]), _Ev.ARRIVAL, i, 0)
         for t, role in self.setup.failures:
             self._push(t, _Ev.FAIL, int(role is Role.DECODE), 0)
         self._push(0.0, _Ev.TICK, 0, 0)
-        end_of_arrivals = float(self.arrival[-1]) if n else 0.0
-        last_report = 0.0
-        while self._events:
+        self._end_of_arrivals = float(self.arrival[-1]) if n else 0.0
+        self._last_report = 0.0
+
+    @property
+    def done_running(self) -> bool:
+        return not self._events or self.now > self._end_of_arrivals + _MAX_DRAIN_S
+
+    def advance(self, until: float, *,
+                progress: Callable[[float], None] | None = None) -> None:
+        """Process every event up to simulated time ``until`` (live mode steps with this)."""
+        n = len(self.arrival)
+        end_of_arrivals = self._end_of_arrivals
+        while self._events and self._events[0][0] <= until:
             t, _, kind, a, b = heapq.heappop(self._events)
             self.now = t
             if kind == _Ev.ARRIVAL:
                 self.window_arrivals += 1
+                if self.on_arrival is not None:
+                    self.on_arrival(a)
                 self._route_prefill(a)
             elif kind == _Ev.PREFILL_DONE:
                 self._prefill_done(self._prefill_by_id[a])
@@ -287,11 +314,15 @@ class EventSimulator:
                 self._reset_window()
                 if t < end_of_arrivals or self.finished < n:
                     self._push(t + self.setup.tick_s, _Ev.TICK, 0, 0)
-                if progress is not None and t - last_report >= 60:
-                    last_report = t
+                if progress is not None and t - self._last_report >= 60:
+                    self._last_report = t
                     progress(min(1.0, t / max(end_of_arrivals, 1e-9)))
             if self.now > end_of_arrivals + _MAX_DRAIN_S:
                 break  # a pool that can never finish its work: stop, results show it
+        if until != math.inf and until > self.now:
+            self.now = until
+
+    def close(self) -> None:
         for replica in [*self.prefill, *self.decode]:
             if replica.gone_s is None:
                 replica.gone_s = self.now
@@ -451,6 +482,7 @@ class EventSimulator:
                 self._owner.pop(req, None)
                 self._cache_insert(r, req)
                 self.prefill_end[req] = self.now
+                self.prefilled_by[req] = r.id
                 delay = (profile.ttft_overhead_ms +
                          self.setup.decode.profile.kv_transfer_ms(float(self.prompt[req]))) / 1000
                 self._push(self.now + delay, _Ev.KV_ARRIVE, req, 0)
@@ -500,6 +532,10 @@ class EventSimulator:
         bucket = int(np.searchsorted(self.itl_edges, mean_step_s))
         self.itl_hist[bucket] += m * b
         self.window_itl_hist[bucket] += m * b
+        r.tokens += m * b
+        if r.itl_hist is None:
+            r.itl_hist = np.zeros(len(self.itl_edges) + 1)
+        r.itl_hist[bucket] += m * b
         self.window_generated += m * b
         r.steps += m
         r.t_last += total_ms / 1000.0
@@ -559,6 +595,7 @@ class EventSimulator:
         made = self._generated_before(req) + (r.steps - join)
         r.ctx_offset -= int(self.prompt[req]) + self._generated_before(req) - join
         self._progress[req] = made
+        r.preempted += 1
         if req in r.first_pending:
             r.first_pending.remove(req)
         self.preemptions += 1
@@ -582,6 +619,7 @@ class EventSimulator:
                 break
             r.waiting.popleft()
             r.members[req] = r.steps
+            self.decoded_by[req] = r.id
             r.ctx_offset += ctx - r.steps
             heapq.heappush(r.finish_heap, (r.steps + int(self.output[req]) - made, req, r.steps))
             if made:

@@ -26,7 +26,7 @@ from pdscale.spec import Role
 from simulator._event import EventSimulator, SimSetup, _DecodeReplica, _PrefillReplica, _State
 from simulator._trace import Trace
 
-__all__ = ["SimResult", "run_event"]
+__all__ = ["SimResult", "attach_loop", "finish_loop", "run_event"]
 
 WINDOW_TICKS = 4  # signals over the last minute (4 x 15 s), like a rate()[1m]
 
@@ -245,6 +245,20 @@ def _hist_q(hist: np.ndarray[Any, np.dtype[np.float64]], edges: np.ndarray[Any, 
 def _pct(values: np.ndarray[Any, Any], q: float) -> float | None:
     v = values[~np.isnan(values)]
     return float(np.percentile(v, q)) if len(v) else None
+
+
+def attach_loop(sim: EventSimulator, policy: Policy, *, observation_delay_s: float = 30.0,
+                planner_interval_s: float = 180.0) -> _Loop:
+    """Connect a policy to a simulator's ticks (used by the live mode)."""
+    loop = _Loop(sim, policy, observation_delay_s=observation_delay_s,
+                 interval_s=planner_interval_s)
+    sim.on_tick = loop.on_tick
+    return loop
+
+
+def finish_loop(sim: EventSimulator, loop: _Loop, wall_s: float) -> SimResult:
+    loop._flush_minute()
+    return SimResult(_summary(sim, loop, wall_s), loop.series, loop.decisions)
 
 
 def run_event(setup: SimSetup, trace: Trace, policy: Policy, *,

@@ -35,7 +35,7 @@ from simulator._profiles import load_profile
 from simulator._runner import SimResult, run_event
 from simulator._trace import Trace, TraceError, detect_format, load_trace
 
-__all__ = ["POLICIES", "SimOptions", "result_files", "simulate"]
+__all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate"]
 
 POLICIES = ("static", "reactive", "dynamo", "oracle")
 Mode = Literal["event", "fluid", "auto"]
@@ -67,18 +67,20 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     """The oracle's plan for a fluid load: per step, replicas for its token rate and its
     decode concurrency (Little's law at the batch that meets the ITL SLO)."""
     pp, dp = setup.prefill.profile, setup.decode.profile
-    p_need = np.zeros(load.steps)
-    d_need = np.zeros(load.steps)
-    for k in range(load.steps):
-        prompts = load.prompt_samples[int(load.sample_index[k])]
-        outputs = load.output_samples[int(load.sample_index[k])]
-        rate = load.requests[k] / load.dt_s
+    # Per length sample: prefill tokens a request costs at 80 % of the pool's throughput, and
+    # decode replica-seconds a request holds (output x step time / batch at the ITL SLO).
+    prefill_cost = np.zeros(len(load.prompt_samples))
+    decode_cost = np.zeros(len(load.prompt_samples))
+    for g, (prompts, outputs) in enumerate(zip(load.prompt_samples, load.output_samples,
+                                               strict=True)):
         mu = pp.prefill_tokens_per_s(float(prompts.mean()), float((prompts ** 2).mean())) * 0.8
-        p_need[k] = rate * prompts.mean() * (1 - load.prefix_hit) / mu
+        prefill_cost[g] = prompts.mean() * (1 - load.prefix_hit) / mu
         ctx = float(prompts.mean() + outputs.mean() / 2)
         batch = decode_batch_at_slo(dp, setup.slo_itl_s, ctx)
-        step = dp.decode_step_ms(batch, batch * ctx) / 1000
-        d_need[k] = rate * outputs.mean() * step / batch
+        decode_cost[g] = outputs.mean() * dp.decode_step_ms(batch, batch * ctx) / 1000 / batch
+    rate = load.requests / load.dt_s
+    p_need = rate * prefill_cost[load.sample_index]
+    d_need = rate * decode_cost[load.sample_index]
     per_s = max(1, int(load.dt_s))
     p = np.repeat(np.maximum(np.ceil(p_need), 1), per_s).astype(np.int64)
     d = np.repeat(np.maximum(np.ceil(d_need), 1), per_s).astype(np.int64)
@@ -128,9 +130,18 @@ def _resolve_mode(options: SimOptions, path_fmt: str | None, trace: Trace | None
     return "event"
 
 
-def simulate(spec: Spec, options: SimOptions, *,
-             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
-    """Run one simulation; returns the result and a description of what was run."""
+@dataclass(frozen=True)
+class Prepared:
+    setup: SimSetup
+    policy: Policy
+    mode: str
+    trace: Trace | None
+    load: FluidLoad | None
+    meta: dict[str, Any]
+
+
+def prepare(spec: Spec, options: SimOptions) -> Prepared:
+    """Pick the service, load the trace, size the pools and build the policy."""
     if options.policy not in POLICIES:
         raise ValueError(f"unknown policy {options.policy!r}; use one of {', '.join(POLICIES)}")
     service = spec.service(options.service) if options.service else spec.services[0]
@@ -174,16 +185,8 @@ def simulate(spec: Spec, options: SimOptions, *,
                    Role.DECODE: int(plan.decode[:lead].max())}
     setup = _setup(service, options, initial)
     policy = _policy(options.policy, setup, plan)
-    if mode == "event":
-        assert trace is not None
-        result = run_event(setup, trace, policy, observation_delay_s=options.observation_delay_s,
-                           progress=progress)
-    else:
-        assert load is not None
-        result = run_fluid(setup, load, policy, observation_delay_s=options.observation_delay_s,
-                           progress=progress)
     capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
-    meta = {
+    meta: dict[str, Any] = {
         "service": service.name,
         "trace": options.trace,
         "format": fmt or "synthetic",
@@ -199,8 +202,23 @@ def simulate(spec: Spec, options: SimOptions, *,
     }
     if trace is not None and trace.notes:
         meta["trace_notes"] = list(trace.notes)
-    result.summary.update(meta)
-    return result, meta
+    return Prepared(setup, policy, mode, trace, load, meta)
+
+
+def simulate(spec: Spec, options: SimOptions, *,
+             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Run one simulation; returns the result and a description of what was run."""
+    prepared = prepare(spec, options)
+    if prepared.mode == "event":
+        assert prepared.trace is not None
+        result = run_event(prepared.setup, prepared.trace, prepared.policy,
+                           observation_delay_s=options.observation_delay_s, progress=progress)
+    else:
+        assert prepared.load is not None
+        result = run_fluid(prepared.setup, prepared.load, prepared.policy,
+                           observation_delay_s=options.observation_delay_s, progress=progress)
+    result.summary.update(prepared.meta)
+    return result, prepared.meta
 
 
 def _png(fig: Any) -> bytes:

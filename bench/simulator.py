@@ -1,0 +1,100 @@
+"""Simulator speed and memory.
+
+    .venv/bin/python bench/simulator.py [--quick]
+
+Event mode: simulated requests per minute of wall time on one core (a 2-hour synthetic trace at
+40 req/s, and the Azure code trace x4 when ../shared is present), oracle policy. Fluid mode:
+14 days of ServeGen m-large (../shared/traces) with the reactive policy. Each case runs in its
+own process so its peak RSS is its own. Targets (issue 3): event >= 200,000 requests/min;
+fluid 14 days < 60 s; peak memory < 2 GB. Prints a table, writes bench/results/simulator.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "traces"
+
+
+def _case(name: str) -> dict[str, object]:
+    sys.path.insert(0, str(ROOT))
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    raw = spec.model_dump(by_alias=True)
+    for pool in raw["services"][0]["pools"].values():
+        pool["max_replicas"] = 500  # let the pools grow to what the traces need
+    spec = type(spec).model_validate(raw)
+    if name == "event-synthetic":
+        options = SimOptions(trace="synthetic", policy="oracle", mode="event",
+                             duration_s=7200, scale=4.0)
+    elif name == "event-azure":
+        options = SimOptions(trace=str(SHARED / "azure_llm_2023_code.csv"), policy="oracle",
+                             mode="event", scale=4.0)
+    elif name == "fluid-servegen-14d":
+        options = SimOptions(trace=str(SHARED / "servegen_m-large_client_rates.csv.gz"),
+                             policy="reactive", mode="fluid")
+    else:
+        raise SystemExit(f"unknown case {name}")
+    started = time.perf_counter()
+    result, meta = simulate(spec, options)
+    wall = time.perf_counter() - started
+    s = result.summary
+    return {"case": name, "mode": meta["mode"], "requests": s["requests"],
+            "simulated_s": s["simulated_s"], "wall_s": wall,
+            "requests_per_min": s["requests"] / wall * 60,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "slo_attainment": s["slo_attainment"], "gpu_hours": s["gpu_hours"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="skip the 14-day fluid case")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "simulator.json"))
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(_case(args.case)))
+        return 0
+    cases = ["event-synthetic"]
+    if SHARED.exists():
+        cases.append("event-azure")
+        if not args.quick:
+            cases.append("fluid-servegen-14d")
+    else:
+        print("../shared/traces is absent: only the synthetic case runs")
+    rows = []
+    for case in cases:
+        print(f"running {case} ...", flush=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        out = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True,
+                             text=True, check=True, env=env)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"\n{'case':<22}{'mode':>7}{'requests':>13}{'sim h':>8}{'wall s':>9}"
+          f"{'req/min':>12}{'peak MB':>9}")
+    for r in rows:
+        print(f"{r['case']:<22}{r['mode']:>7}{r['requests']:>13,}{r['simulated_s'] / 3600:>8.1f}"
+              f"{r['wall_s']:>9.1f}{r['requests_per_min']:>12,.0f}{r['peak_rss_mb']:>9.0f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({
+        "rows": rows, "targets": {"event_requests_per_min": 200000, "fluid_14d_wall_s": 60,
+                                  "peak_rss_mb": 2048},
+        "python": platform.python_version(), "machine": platform.machine(),
+        "threads": 1}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
