@@ -15,18 +15,26 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from controller import Observation, Policy, PoolDecision, PoolKey, PoolObservation, PoolReplicas
+from controller import (
+    Actuator,
+    Observation,
+    Policy,
+    PoolDecision,
+    PoolKey,
+    PoolObservation,
+    PoolReplicas,
+)
 from pdscale.spec import Role
 from simulator._event import EventSimulator, SimSetup, _DecodeReplica, _PrefillReplica, _State
 from simulator._trace import Trace
 
-__all__ = ["SimResult", "attach_loop", "finish_loop", "run_event"]
+__all__ = ["SimActuator", "SimResult", "attach_loop", "finish_loop", "run_event"]
 
 WINDOW_TICKS = 4  # signals over the last minute (4 x 15 s), like a rate()[1m]
 
@@ -59,11 +67,26 @@ class SimResult:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
+class SimActuator:
+    """The simulator's side of controller.Actuator: scale a pool of the simulated service."""
+
+    def __init__(self, sim: EventSimulator) -> None:
+        self.sim = sim
+
+    def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
+        service, role = key
+        if service != self.sim.setup.service:
+            raise KeyError(f"no pool {key!r} here: this simulation runs service "
+                           f"{self.sim.setup.service!r}")
+        self.sim.set_replicas(role, replicas)
+
+
 class _Loop:
     def __init__(self, sim: EventSimulator, policy: Policy, *, observation_delay_s: float,
                  interval_s: float) -> None:
         self.sim = sim
         self.policy = policy
+        self.actuator: Actuator = SimActuator(sim)
         self.delay_ticks = max(0, round(observation_delay_s / sim.setup.tick_s))
         self.raw: deque[_TickRaw] = deque(maxlen=WINDOW_TICKS + self.delay_ticks + 16)
         self.snapshots: deque[tuple[float, dict[Role, dict[str, float | None]]]] = deque(
@@ -173,7 +196,7 @@ class _Loop:
         for key, decision in decisions.items():
             role = key[1]
             before = sim.desired[role]
-            sim.set_replicas(role, decision.desired_replicas)
+            self.actuator.set_replicas(key, decision.desired_replicas, decision.reasons)
             if sim.desired[role] != before:
                 self.scale_actions += 1
                 self.decisions.append({"t": now, "pool": role.value, "from": before,
