@@ -1,6 +1,40 @@
-"""Load forecasting at the pre-warm horizon (scikit-learn estimator contract).
+"""Load forecasting at the pre-warm horizon, with calibrated quantiles.
 
-Empty until the forecasting issue lands; nothing here pretends to work yet.
+Estimators follow the scikit-learn contract (``fit(X, y)`` with times in ``X[:, 0]``);
+:func:`backtest` scores them with rolling origins; :func:`regularize` and friends turn raw
+observations into the regular series they learn from.
 """
 
-__all__: list[str] = []
+from forecasting._backtest import BacktestResult, backtest, pinball
+from forecasting._models import (
+    AutoForecaster,
+    ExponentialSmoothing,
+    LastValue,
+    QuantileGBForecaster,
+    SeasonalNaive,
+)
+from forecasting._series import (
+    RegularSeries,
+    SeriesError,
+    level_shifts,
+    regularize,
+    series_from_prometheus,
+    series_from_requests,
+)
+
+__all__ = [
+    "AutoForecaster",
+    "BacktestResult",
+    "ExponentialSmoothing",
+    "LastValue",
+    "QuantileGBForecaster",
+    "RegularSeries",
+    "SeasonalNaive",
+    "SeriesError",
+    "backtest",
+    "level_shifts",
+    "pinball",
+    "regularize",
+    "series_from_prometheus",
+    "series_from_requests",
+]

@@ -1,0 +1,504 @@
+"""Load forecasters with the scikit-learn estimator contract.
+
+Contract: ``fit(X, y)`` with ``X[:, 0]`` the observation times in seconds (monotonic) and ``y``
+the observed values; ``predict(X)`` gives the median forecast at the times in ``X[:, 0]``,
+which must lie at least one resolution step after the last observation; ``predict_quantiles``
+gives every quantile, never crossing. ``update(X, y)`` appends new observations without
+refitting (the controller refits on its own schedule). Observations are put on a regular grid
+(:func:`forecasting.regularize`).
+
+Models:
+
+* :class:`LastValue`: the last observation (what a one-interval-ahead planner effectively
+  does); quantiles from its own in-sample errors at each horizon.
+* :class:`SeasonalNaive`: the value one period (a day by default) before the target time.
+* :class:`ExponentialSmoothing`: Holt's damped-trend smoothing.
+* :class:`QuantileGBForecaster`: gradient-boosted quantile regression (scikit-learn's
+  HistGradientBoostingRegressor, quantile loss), one model per quantile pooled over the
+  horizons (direct: the horizon is a feature, never a recursion). Features: lags at several
+  scales, rolling mean and spread, recent trend, the value one day and one week before the
+  target, time-of-day and day-of-week Fourier terms of the target time. Everything is relative
+  to the last hour's level, which keeps the model sound across level shifts. Quantiles are
+  sorted per row (monotone rearrangement), so they never cross.
+* :class:`AutoForecaster`: fits the candidates on the older part of the history, scores them on
+  the recent part (rolling origins), keeps the best and says why; short or odd histories fall
+  back to simpler models with a stated reason.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from forecasting._series import SeriesError, regularize
+
+__all__ = ["AutoForecaster", "ExponentialSmoothing", "LastValue", "QuantileGBForecaster",
+           "SeasonalNaive"]
+
+FloatArray = npt.NDArray[np.float64]
+DAY_S = 86400.0
+
+
+class _Forecaster(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+    """Shared plumbing: grid building, horizons, residual quantiles, predict/update."""
+
+    resolution_s: float
+    quantiles: tuple[float, ...]
+
+    def _check_params(self) -> None:
+        if not self.resolution_s > 0:
+            raise ValueError(f"The 'resolution_s' parameter of {type(self).__name__} must be "
+                             f"positive. Got {self.resolution_s!r} instead.")
+        qs = tuple(self.quantiles)
+        if not qs or any(not 0 < q < 1 for q in qs):
+            raise ValueError(f"The 'quantiles' parameter of {type(self).__name__} must be "
+                             f"values in (0, 1). Got {self.quantiles!r} instead.")
+
+    def fit(self, X: Any, y: Any) -> _Forecaster:
+        self._check_params()
+        X, y = self._validate_xy(X, y, reset=True)
+        started = time.perf_counter()
+        series = regularize(X[:, 0], y, resolution_s=float(self.resolution_s))
+        self.series_ = series
+        self.values_ = series.values.copy()
+        self.t_last_ = float(series.times_s[-1])
+        self._fit_grid(self.values_)
+        self.fit_time_s_ = time.perf_counter() - started
+        return self
+
+    def update(self, X: Any, y: Any) -> _Forecaster:
+        """Append observations after the last one (no refit); predictions start from them."""
+        check_is_fitted(self)
+        X, y = self._validate_xy(X, y, reset=False)
+        times = X[:, 0]
+        if np.any(np.diff(times) < 0) or (len(times) and times[0] <= self.t_last_ -
+                                           self.resolution_s / 2):
+            raise SeriesError("update() takes observations after the last one, in time order")
+        grid = regularize(np.concatenate([[self.t_last_], times]),
+                          np.concatenate([[self.values_[-1]], y]),
+                          resolution_s=float(self.resolution_s))
+        self.values_ = np.concatenate([self.values_, grid.values[1:]])
+        self.t_last_ = self.t_last_ + self.resolution_s * (len(grid.values) - 1)
+        return self
+
+    def _validate_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[FloatArray, FloatArray]:
+        """X must be finite (times); y may hold NaN (missing observations)."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y "
+                             "is None")
+        X = validate_data(self, X, reset=reset, ensure_min_samples=2 if reset else 1,
+                          dtype=np.float64)
+        y_arr = np.asarray(y, dtype=np.float64)
+        if y_arr.ndim != 1:
+            y_arr = y_arr.reshape(-1) if y_arr.ndim == 2 and y_arr.shape[1] == 1 else y_arr
+        if y_arr.ndim != 1 or len(y_arr) != len(X):
+            raise ValueError(f"y must be 1-D with one value per row of X; got shape "
+                             f"{np.shape(y)} for {len(X)} rows")
+        if np.any(np.isinf(y_arr)):
+            raise ValueError("y contains infinite values")
+        return X, y_arr
+
+    def _horizons(self, X: Any) -> npt.NDArray[np.int64]:
+        X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan")
+        steps = np.rint((X[:, 0] - self.t_last_) / self.resolution_s).astype(np.int64)
+        if np.any(steps < 1):
+            raise ValueError("forecast times must be at least one resolution step "
+                             f"({self.resolution_s:g} s) after the last observation; a horizon "
+                             "shorter than the resolution cannot be forecast")
+        out: npt.NDArray[np.int64] = steps
+        return out
+
+    def predict(self, X: Any) -> FloatArray:
+        check_is_fitted(self)
+        q = tuple(self.quantiles)
+        median = q.index(0.5) if 0.5 in q else len(q) // 2
+        out: FloatArray = self.predict_quantiles(X)[:, median]
+        return out
+
+    def predict_quantiles(self, X: Any) -> FloatArray:
+        """(n, len(quantiles)) forecasts at the times in X[:, 0], non-decreasing per row."""
+        check_is_fitted(self)
+        steps = self._horizons(X)
+        unique = np.unique(steps)
+        origin = np.array([len(self.values_) - 1])
+        table = self._predict_origins(self.values_, origin, unique)[0]
+        rows = np.searchsorted(unique, steps)
+        return np.sort(table[rows], axis=1)
+
+    # Subclasses: _fit_grid(values) and _point(values, origins, horizons) -> (n_o, n_h).
+
+    def _fit_grid(self, values: FloatArray) -> None:
+        self.residual_cache_: dict[int, FloatArray] = {}
+
+    def _point(self, values: FloatArray, origins: npt.NDArray[np.int64],
+               horizons: npt.NDArray[np.int64]) -> FloatArray:
+        raise NotImplementedError
+
+    def _residual_quantiles(self, h: int) -> FloatArray:
+        """Quantiles of the in-sample error at horizon h (from the training grid)."""
+        cache: dict[int, FloatArray] = self.residual_cache_
+        if h not in cache:
+            values = self.series_.values
+            n = len(values)
+            origins = np.arange(max(0, n - 5000), max(0, n - h))
+            qs = np.array(self.quantiles)
+            if len(origins) < 10:
+                cache[h] = np.zeros(len(qs))
+            else:
+                point = self._point(values, origins, np.array([h]))[:, 0]
+                err = values[origins + h] - point
+                err = err[np.isfinite(err)]
+                cache[h] = np.quantile(err, qs) if len(err) >= 10 else np.zeros(len(qs))
+        return cache[h]
+
+    def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                         horizons: npt.NDArray[np.int64]) -> FloatArray:
+        """(n_origins, n_horizons, n_quantiles) forecasts made at each origin index."""
+        point = self._point(values, origins, horizons)
+        res = np.stack([self._residual_quantiles(int(h)) for h in horizons])  # (n_h, n_q)
+        out = point[:, :, None] + res[None, :, :]
+        return np.maximum(out, 0.0) if self._nonnegative() else out
+
+    def _nonnegative(self) -> bool:
+        return bool(np.nanmin(self.series_.values) >= 0) if np.any(
+            np.isfinite(self.series_.values)) else False
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.regressor_tags.poor_score = True
+        return tags
+
+
+def _last_finite(values: FloatArray, origins: npt.NDArray[np.int64]) -> FloatArray:
+    """The latest finite value at or before each origin (forward fill)."""
+    idx = np.where(np.isfinite(values), np.arange(len(values)), -1)
+    idx = np.maximum.accumulate(idx)
+    picked = idx[origins]
+    out = np.where(picked >= 0, values[np.maximum(picked, 0)], np.nan)
+    return out.astype(np.float64)
+
+
+class LastValue(_Forecaster):
+    """Forecast the last observed value at every horizon."""
+
+    def __init__(self, *, resolution_s: float = 60.0,
+                 quantiles: tuple[float, ...] = (0.5, 0.9)) -> None:
+        self.resolution_s = resolution_s
+        self.quantiles = quantiles
+
+    def _point(self, values: FloatArray, origins: npt.NDArray[np.int64],
+               horizons: npt.NDArray[np.int64]) -> FloatArray:
+        last = _last_finite(values, origins)
+        return np.repeat(last[:, None], len(horizons), axis=1)
+
+
+class SeasonalNaive(_Forecaster):
+    """Forecast the value one ``period_s`` before the target time."""
+
+    def __init__(self, *, period_s: float = DAY_S, resolution_s: float = 60.0,
+                 quantiles: tuple[float, ...] = (0.5, 0.9)) -> None:
+        self.period_s = period_s
+        self.resolution_s = resolution_s
+        self.quantiles = quantiles
+
+    def _fit_grid(self, values: FloatArray) -> None:
+        super()._fit_grid(values)
+        self.period_steps_ = max(1, round(self.period_s / self.resolution_s))
+        if len(values) <= self.period_steps_:
+            raise SeriesError(f"SeasonalNaive needs more than one period of history "
+                              f"({self.period_steps_} steps); got {len(values)}")
+
+    def _point(self, values: FloatArray, origins: npt.NDArray[np.int64],
+               horizons: npt.NDArray[np.int64]) -> FloatArray:
+        m = self.period_steps_
+        # The value one period before the target; for horizons beyond a period, repeat it.
+        back = origins[:, None] + horizons[None, :] - m * np.ceil(horizons / m)[None, :]
+        back = back.astype(np.int64)
+        filled = _forward_filled(values)
+        ok = back >= 0
+        out = np.full(back.shape, np.nan)
+        out[ok] = filled[back[ok]]
+        return out
+
+
+def _forward_filled(values: FloatArray) -> FloatArray:
+    idx = np.where(np.isfinite(values), np.arange(len(values)), -1)
+    idx = np.maximum.accumulate(idx)
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], np.nan).astype(np.float64)
+
+
+class ExponentialSmoothing(_Forecaster):
+    """Holt's damped-trend exponential smoothing (alpha, beta, phi)."""
+
+    def __init__(self, *, alpha: float = 0.3, beta: float = 0.05, phi: float = 0.9,
+                 resolution_s: float = 60.0, quantiles: tuple[float, ...] = (0.5, 0.9)) -> None:
+        self.alpha = alpha
+        self.beta = beta
+        self.phi = phi
+        self.resolution_s = resolution_s
+        self.quantiles = quantiles
+
+    def _states(self, values: FloatArray) -> tuple[FloatArray, FloatArray]:
+        n = len(values)
+        level = np.empty(n)
+        trend = np.empty(n)
+        finite = values[np.isfinite(values)]
+        lvl = float(finite[0]) if len(finite) else 0.0
+        tr = 0.0
+        a, b, phi = self.alpha, self.beta, self.phi
+        for i in range(n):
+            v = values[i]
+            prev = lvl
+            if math.isfinite(v):
+                lvl = a * v + (1 - a) * (lvl + phi * tr)
+                tr = b * (lvl - prev) + (1 - b) * phi * tr
+            else:
+                lvl = lvl + phi * tr
+                tr = phi * tr
+            level[i], trend[i] = lvl, tr
+        return level, trend
+
+    def _fit_grid(self, values: FloatArray) -> None:
+        super()._fit_grid(values)
+        for name, value in (("alpha", self.alpha), ("beta", self.beta), ("phi", self.phi)):
+            if not 0 < value <= 1:
+                raise ValueError(f"The '{name}' parameter of ExponentialSmoothing must be in "
+                                 f"(0, 1]. Got {value!r} instead.")
+        self._state_cache: tuple[tuple[int, int], FloatArray, FloatArray] | None = None
+
+    def _point(self, values: FloatArray, origins: npt.NDArray[np.int64],
+               horizons: npt.NDArray[np.int64]) -> FloatArray:
+        key = (id(values), len(values))
+        if self._state_cache is None or self._state_cache[0] != key:
+            level, trend = self._states(values)
+            self._state_cache = (key, level, trend)
+        _, level, trend = self._state_cache
+        phi = self.phi
+        damp = np.array([sum(phi ** k for k in range(1, int(h) + 1)) for h in horizons])
+        out: FloatArray = level[origins][:, None] + trend[origins][:, None] * damp[None, :]
+        return out
+
+
+_LAG_SECONDS = (0, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+
+
+class QuantileGBForecaster(_Forecaster):
+    """Gradient-boosted quantile regression on lag, seasonal and calendar features."""
+
+    def __init__(self, *, resolution_s: float = 60.0,
+                 quantiles: tuple[float, ...] = (0.5, 0.9),
+                 horizons_s: tuple[float, ...] = (60, 120, 300, 600, 1800, 3600),
+                 period_s: float = DAY_S, max_iter: int = 120, learning_rate: float = 0.05,
+                 max_train_rows: int = 60_000, random_state: int | None = 0) -> None:
+        self.resolution_s = resolution_s
+        self.quantiles = quantiles
+        self.horizons_s = horizons_s
+        self.period_s = period_s
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.max_train_rows = max_train_rows
+        self.random_state = random_state
+
+    # Features -----------------------------------------------------------------------------
+
+    def _level(self, filled: FloatArray, window: int) -> FloatArray:
+        csum = np.concatenate([[0.0], np.cumsum(np.nan_to_num(filled))])
+        cnt = np.concatenate([[0.0], np.cumsum(np.isfinite(filled))])
+        hi = np.arange(1, len(filled) + 1)
+        lo = np.maximum(hi - window, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean: FloatArray = ((csum[hi] - csum[lo]) / (cnt[hi] - cnt[lo])).astype(np.float64)
+        return mean
+
+    def _features(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                  horizons: npt.NDArray[np.int64], t0: float) -> tuple[FloatArray, FloatArray]:
+        """Feature rows for every (origin, horizon), and the level each is relative to."""
+        res = float(self.resolution_s)
+        filled = _forward_filled(values)
+        hour = max(3, round(3600 / res))
+        level_all = self._level(filled, hour)
+        sq = self._level(filled ** 2, hour)
+        std_all = np.sqrt(np.maximum(sq - level_all ** 2, 0))
+        half = max(1, hour // 2)
+        recent = self._level(filled, half)
+        lags = sorted({round(s / res) for s in _LAG_SECONDS} | {0, 1, 2})
+        period = max(1, round(self.period_s / res))
+        o = np.repeat(origins, len(horizons))
+        h = np.tile(horizons, len(origins))
+        level = level_all[o]
+        last = filled[o]
+        # Everything is relative to the last value (or the hour's level when that is zero).
+        base = np.where(np.isfinite(last) & (np.abs(last) > 1e-9), last, level)
+        scale = np.where(np.isfinite(base) & (np.abs(base) > 1e-9), base, np.nan)
+
+        def at(idx: npt.NDArray[np.int64]) -> FloatArray:
+            ok = (idx >= 0) & (idx < len(filled))
+            out = np.full(idx.shape, np.nan)
+            out[ok] = filled[idx[ok]]
+            return out
+
+        cols = [h.astype(np.float64), level / scale]
+        cols += [at(o - k) / scale for k in lags if k > 0]
+        cols.append(std_all[o] / scale)
+        prev_half = np.where(o - half >= 0, recent[np.maximum(o - half, 0)], np.nan)
+        cols.append((recent[o] - prev_half) / scale)
+        for back in (period, 7 * period):
+            target_back = o + h - back * np.ceil(h / back).astype(np.int64)
+            seasonal = at(target_back)
+            window = np.stack([at(target_back + d) for d in (-2, -1, 0, 1, 2)])
+            count = np.isfinite(window).sum(axis=0)
+            around = np.where(count > 0, np.nansum(window, axis=0) / np.maximum(count, 1),
+                              np.nan)
+            cols.append(seasonal / scale)
+            cols.append(around / scale)
+            # Last period's change from then to the target time: a trend the season repeats.
+            cols.append((seasonal - at(o - back * np.ceil(h / back).astype(np.int64))) / scale)
+        target_t = t0 + (o + h) * res
+        tod = 2 * np.pi * (target_t % DAY_S) / DAY_S
+        dow = 2 * np.pi * (target_t % (7 * DAY_S)) / (7 * DAY_S)
+        cols += [np.sin(tod), np.cos(tod), np.sin(dow), np.cos(dow)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            matrix = np.column_stack(cols)
+        return matrix, scale
+
+    def _grid_horizons(self) -> npt.NDArray[np.int64]:
+        steps = {max(1, round(s / self.resolution_s)) for s in self.horizons_s}
+        return np.array(sorted(steps), dtype=np.int64)
+
+    def _fit_grid(self, values: FloatArray) -> None:
+        super()._fit_grid(values)
+        horizons = self._grid_horizons()
+        n = len(values)
+        origins = np.arange(0, n - 1)
+        if len(origins) < 20:
+            raise SeriesError(f"QuantileGBForecaster needs at least 20 steps of history; got "
+                              f"{n}")
+        rng = np.random.default_rng(self.random_state)
+        rows = len(origins) * len(horizons)
+        if rows > self.max_train_rows:
+            keep = max(20, self.max_train_rows // len(horizons))
+            origins = np.sort(rng.choice(origins, size=min(keep, len(origins)), replace=False))
+        X, scale = self._features(values, origins, horizons, self.series_.start_s)
+        o = np.repeat(origins, len(horizons))
+        h = np.tile(horizons, len(origins))
+        target_idx = o + h
+        ok = target_idx < n
+        y = np.full(len(o), np.nan)
+        y[ok] = values[target_idx[ok]] / scale[ok]
+        use = np.isfinite(y)
+        if use.sum() < 20:
+            raise SeriesError("too few complete (features, target) pairs to fit: the history "
+                              "is too short or too gappy")
+        self.models_ = []
+        for q in self.quantiles:
+            model = HistGradientBoostingRegressor(
+                loss="quantile", quantile=q, max_iter=self.max_iter,
+                learning_rate=self.learning_rate, max_bins=128, early_stopping=False,
+                min_samples_leaf=40, l2_regularization=1.0, max_leaf_nodes=15,
+                random_state=self.random_state)
+            model.fit(X[use], y[use])
+            self.models_.append(model)
+        self.trained_horizons_ = horizons
+
+    def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                         horizons: npt.NDArray[np.int64]) -> FloatArray:
+        X, scale = self._features(values, origins, horizons, self.series_.start_s)
+        preds = np.stack([m.predict(X) for m in self.models_], axis=1) * scale[:, None]
+        # Where the level is unknown (a long gap), fall back to the last value.
+        fallback = np.repeat(_last_finite(values, origins), len(horizons))
+        bad = ~np.isfinite(preds)
+        preds[bad] = np.broadcast_to(fallback[:, None], preds.shape)[bad]
+        preds = np.sort(preds, axis=1)  # no quantile crossing
+        if self._nonnegative():
+            preds = np.maximum(preds, 0.0)
+        return preds.reshape(len(origins), len(horizons), len(self.quantiles))
+
+
+class AutoForecaster(_Forecaster):
+    """Picks the candidate with the best recent rolling-origin score; says why."""
+
+    def __init__(self, *, resolution_s: float = 60.0,
+                 quantiles: tuple[float, ...] = (0.5, 0.9),
+                 horizons_s: tuple[float, ...] = (300, 1800), period_s: float = DAY_S,
+                 holdout: float = 0.2, random_state: int | None = 0) -> None:
+        self.resolution_s = resolution_s
+        self.quantiles = quantiles
+        self.horizons_s = horizons_s
+        self.period_s = period_s
+        self.holdout = holdout
+        self.random_state = random_state
+
+    def _candidates(self, n: int, values: FloatArray) -> tuple[list[_Forecaster], list[str]]:
+        res, qs = float(self.resolution_s), tuple(self.quantiles)
+        period_steps = round(self.period_s / self.resolution_s)
+        notes: list[str] = []
+        finite = values[np.isfinite(values)]
+        if len(finite) == 0:
+            raise SeriesError("the series has no finite values")
+        if np.ptp(finite) == 0:
+            notes.append("constant series: last value")
+            return [LastValue(resolution_s=res, quantiles=qs)], notes
+        out: list[_Forecaster] = [LastValue(resolution_s=res, quantiles=qs),
+                                  ExponentialSmoothing(resolution_s=res, quantiles=qs)]
+        if n > 2 * period_steps:
+            out.append(SeasonalNaive(period_s=self.period_s, resolution_s=res, quantiles=qs))
+        else:
+            notes.append(f"history shorter than two periods ({n} < {2 * period_steps} steps): "
+                         "no seasonal-naive")
+        if n >= max(200, period_steps // 2):
+            out.append(QuantileGBForecaster(period_s=self.period_s,
+                                            horizons_s=tuple(self.horizons_s),
+                                            random_state=self.random_state,
+                                            resolution_s=res, quantiles=qs))
+        else:
+            notes.append(f"history too short for the boosted model ({n} < "
+                         f"{max(200, period_steps // 2)} steps)")
+        return out, notes
+
+    def _fit_grid(self, values: FloatArray) -> None:
+        super()._fit_grid(values)
+        n = len(values)
+        candidates, notes = self._candidates(n, values)
+        horizons = np.array(sorted({max(1, round(s / self.resolution_s))
+                                    for s in self.horizons_s}), dtype=np.int64)
+        split = int(n * (1 - self.holdout))
+        scores: dict[str, float] = {}
+        if len(candidates) > 1 and n - split > horizons.max() + 5:
+            times = self.series_.times_s
+            for cand in candidates:
+                try:
+                    cand.fit(times[:split, None], values[:split])
+                except SeriesError as exc:
+                    notes.append(f"{type(cand).__name__} skipped: {exc}")
+                    continue
+                origins = np.arange(split - 1, n - horizons.max())
+                pred = cand._predict_origins(values, origins, horizons)
+                q = tuple(self.quantiles)
+                mid = q.index(0.5) if 0.5 in q else len(q) // 2
+                actual = values[origins[:, None] + horizons[None, :]]
+                err = np.abs(pred[:, :, mid] - actual)
+                scores[type(cand).__name__] = float(np.nanmean(err))
+        if scores:
+            best_name = min(scores, key=lambda k: scores[k])
+            best = next(c for c in candidates if type(c).__name__ == best_name)
+            ranking = ", ".join(f"{k} {v:.4g}" for k, v in sorted(scores.items(),
+                                                                  key=lambda kv: kv[1]))
+            reason = f"lowest recent MAE ({ranking})"
+        else:
+            best = candidates[-1] if len(candidates) == 1 else candidates[0]
+            reason = "too little history to compare candidates"
+        self.chosen_ = best.fit(self.series_.times_s[:, None], values)
+        self.scores_ = scores
+        self.choice_reason_ = "; ".join([*notes, f"chose {type(best).__name__}: {reason}"])
+
+    def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                         horizons: npt.NDArray[np.int64]) -> FloatArray:
+        return self.chosen_._predict_origins(values, origins, horizons)
+

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from forecasting import (
+    AutoForecaster,
+    ExponentialSmoothing,
+    LastValue,
+    QuantileGBForecaster,
+    SeasonalNaive,
+    SeriesError,
+    backtest,
+    regularize,
+)
+
+RES = 600.0  # 10-minute steps keep the synthetic days short
+DAY_STEPS = 144
+
+
+def daily_series(days: int, *, seed: int = 0, noise: float = 0.05,
+                 day_to_day: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """A daily cycle with multiplicative noise; ``day_to_day`` varies each day's level."""
+    rng = np.random.default_rng(seed)
+    n = days * DAY_STEPS
+    t = np.arange(n) * RES
+    phase = 2 * np.pi * (t % 86400) / 86400
+    level = np.repeat(1 + day_to_day * rng.uniform(-1, 1, days), DAY_STEPS)
+    base = 100 * level * (1 + 0.5 * np.sin(phase - np.pi / 2))
+    return t, base * (1 + noise * rng.standard_normal(n))
+
+
+# Checks that feed random rows as X: a forecaster reads X[:, 0] as observation times and
+# rejects times that go back (bad input), so these checks cannot apply. Every other check of
+# scikit-learn's suite runs and passes.
+_RANDOM_X_CHECKS = (
+    "check_fit_score_takes_y", "check_estimators_overwrite_params",
+    "check_dont_overwrite_parameters", "check_estimators_fit_returns_self",
+    "check_readonly_memmap_input", "check_n_features_in_after_fitting",
+    "check_positive_only_tag_during_fit", "check_estimators_dtypes", "check_dtype_object",
+    "check_pipeline_consistency", "check_estimators_pickle", "check_f_contiguous_array_estimator",
+    "check_regressors_train", "check_regressor_data_not_an_array",
+    "check_regressors_no_decision_function", "check_supervised_y_2d", "check_regressors_int",
+    "check_methods_sample_order_invariance", "check_methods_subset_invariance",
+    "check_fit2d_1feature", "check_dict_unchanged", "check_fit_idempotent",
+    "check_fit_check_is_fitted", "check_n_features_in", "check_fit2d_predict1d",
+    "check_estimators_nan_inf",
+)
+
+
+def _expected_failures(estimator: object) -> dict[str, str]:
+    reason = ("forecasters read X[:, 0] as monotonic observation times; the check feeds random "
+              "rows, which they reject as bad input")
+    return dict.fromkeys(_RANDOM_X_CHECKS, reason)
+
+
+ESTIMATORS = [LastValue(resolution_s=1.0), SeasonalNaive(period_s=5.0, resolution_s=1.0),
+              ExponentialSmoothing(resolution_s=1.0)]
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
+def test_sklearn_contract(estimator: object, check: object) -> None:
+    check(estimator)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("cls", [LastValue, SeasonalNaive, ExponentialSmoothing,
+                                 QuantileGBForecaster, AutoForecaster])
+def test_contract_basics(cls: type) -> None:
+    """What the contract means here: stored params only, fit returns self, fitted state ends
+    in an underscore, predict before fit is a clear error."""
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+
+    est = cls(resolution_s=RES)
+    assert clone(est).get_params() == est.get_params()
+    with pytest.raises(NotFittedError):
+        est.predict(np.array([[0.0]]))
+    t, y = daily_series(12)
+    assert est.fit(t[:, None], y) is est
+    assert hasattr(est, "series_") and hasattr(est, "fit_time_s_")
+
+
+def test_quantiles_never_cross_and_have_the_right_shape() -> None:
+    t, y = daily_series(12)
+    model = QuantileGBForecaster(resolution_s=RES, quantiles=(0.1, 0.5, 0.9),
+                                 horizons_s=(600, 1800, 3600)).fit(t[:, None], y)
+    future = t[-1] + np.array([600, 1200, 1800, 3600])[:, None]
+    q = model.predict_quantiles(future)
+    assert q.shape == (4, 3)
+    assert np.all(np.diff(q, axis=1) >= 0)
+    assert model.predict(future).shape == (4,)
+
+
+def test_random_state_makes_fits_deterministic() -> None:
+    t, y = daily_series(12)
+    future = t[-1] + np.array([[600.0], [1800.0]])
+    a = QuantileGBForecaster(resolution_s=RES, random_state=3, max_train_rows=2000)
+    b = QuantileGBForecaster(resolution_s=RES, random_state=3, max_train_rows=2000)
+    assert np.array_equal(a.fit(t[:, None], y).predict_quantiles(future),
+                          b.fit(t[:, None], y).predict_quantiles(future))
+
+
+def test_gaps_and_nans_are_handled() -> None:
+    t, y = daily_series(12)
+    y = y.copy()
+    y[500:503] = np.nan  # short gap: filled
+    y[900:960] = np.nan  # long gap: stays missing
+    keep = np.ones(len(t), dtype=bool)
+    keep[1200:1210] = False  # missing windows: no rows at all
+    model = QuantileGBForecaster(resolution_s=RES).fit(t[keep, None], y[keep])
+    assert model.series_.filled >= 3 and model.series_.missing > 0
+    out = model.predict_quantiles(t[-1] + np.array([[600.0], [3600.0]]))
+    assert np.all(np.isfinite(out))
+
+
+def test_update_moves_the_origin_without_refitting() -> None:
+    t, y = daily_series(12)
+    model = LastValue(resolution_s=RES).fit(t[:-5, None], y[:-5])
+    model.update(t[-5:, None], y[-5:])
+    assert model.t_last_ == t[-1]
+    assert model.predict(np.array([[t[-1] + RES]]))[0] == pytest.approx(
+        y[-1] + model._residual_quantiles(1)[0])
+    with pytest.raises(SeriesError, match="after the last one"):
+        model.update(t[:3, None], y[:3])
+
+
+def test_main_model_beats_the_baselines_on_a_daily_cycle() -> None:
+    """A daily cycle whose level changes from day to day, with noise: yesterday's value is off
+    by the day's change, the last value misses the cycle's trend; the boosted model, which sees
+    yesterday's shape and today's level, is far better than either naive forecast."""
+    t, y = daily_series(14, seed=1, noise=0.03, day_to_day=0.25)
+    series = regularize(t, y, resolution_s=RES)
+    models = {"last": LastValue(resolution_s=RES),
+              "seasonal": SeasonalNaive(resolution_s=RES),
+              "gb": QuantileGBForecaster(resolution_s=RES, horizons_s=(1800, 3600, 7200))}
+    result = backtest(series, models, horizons_s=(3600, 7200), train_steps=10 * DAY_STEPS,
+                      season_steps=DAY_STEPS)
+    for h in ("60m", "120m"):
+        gb = result.scores["gb"][h]["mae"]
+        assert gb < 0.7 * result.scores["last"][h]["mae"]
+        assert gb < 0.7 * result.scores["seasonal"][h]["mae"]
+
+
+def test_upper_quantile_is_roughly_calibrated() -> None:
+    t, y = daily_series(14, seed=2, noise=0.1)
+    series = regularize(t, y, resolution_s=RES)
+    result = backtest(series, {"gb": QuantileGBForecaster(resolution_s=RES,
+                                                          horizons_s=(600, 1800))},
+                      horizons_s=(600, 1800), train_steps=10 * DAY_STEPS,
+                      season_steps=DAY_STEPS)
+    for h in ("10m", "30m"):
+        assert 0.75 < result.scores["gb"][h]["coverage_q90"] < 0.99
+
+
+def test_auto_falls_back_with_a_reason() -> None:
+    t, y = daily_series(1)
+    auto = AutoForecaster(resolution_s=RES).fit(t[:40, None], y[:40])
+    assert "no seasonal-naive" in auto.choice_reason_
+    assert "too short for the boosted model" in auto.choice_reason_
+    flat = AutoForecaster(resolution_s=RES).fit(t[:100, None], np.full(100, 7.0))
+    assert "constant series" in flat.choice_reason_
+    assert flat.predict(np.array([[t[99] + RES]]))[0] == pytest.approx(7.0)
+    full_t, full_y = daily_series(14)
+    chosen = AutoForecaster(resolution_s=RES).fit(full_t[:, None], full_y)
+    assert "chose " in chosen.choice_reason_ and chosen.scores_
+
+
+def test_bad_input_is_refused_clearly() -> None:
+    t, y = daily_series(3)
+    with pytest.raises(SeriesError, match="not monotonic"):
+        LastValue(resolution_s=RES).fit(t[::-1, None], y)
+    model = LastValue(resolution_s=RES).fit(t[:, None], y)
+    with pytest.raises(ValueError, match="shorter than the resolution"):
+        model.predict(np.array([[t[-1] + RES / 4]]))
+    with pytest.raises(SeriesError, match="more than one period"):
+        SeasonalNaive(resolution_s=RES).fit(t[:50, None], y[:50])
+    with pytest.raises(SeriesError, match="at least 20 steps"):
+        QuantileGBForecaster(resolution_s=RES).fit(t[:10, None], y[:10])
+    with pytest.raises(ValueError, match="'quantiles' parameter"):
+        LastValue(quantiles=(0.5, 1.5)).fit(t[:, None], y)
+    with pytest.raises(SeriesError, match="shorter than the resolution"):
+        backtest(regularize(t, y, resolution_s=RES), {"l": LastValue(resolution_s=RES)},
+                 horizons_s=(60,), train_steps=200, season_steps=DAY_STEPS)
