@@ -396,6 +396,9 @@ class QuantileGBForecaster(_Forecaster):
         if use.sum() < 20:
             raise SeriesError("too few complete (features, target) pairs to fit: the history "
                               "is too short or too gappy")
+        # Columns with no value at all (a seasonal lag longer than the history) carry nothing.
+        self.columns_ = np.any(np.isfinite(X[use]), axis=0)
+        X = X[:, self.columns_]
         self.models_ = []
         for q in self.quantiles:
             model = HistGradientBoostingRegressor(
@@ -410,6 +413,7 @@ class QuantileGBForecaster(_Forecaster):
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:
         X, scale = self._features(values, origins, horizons, self.series_.start_s)
+        X = X[:, self.columns_]
         preds = np.stack([m.predict(X) for m in self.models_], axis=1) * scale[:, None]
         # Where the level is unknown (a long gap), fall back to the last value.
         fallback = np.repeat(_last_finite(values, origins), len(horizons))

@@ -295,6 +295,166 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _read_series_csv(path: str, time_col: str, value_col: str) -> tuple[list[float],
+                                                                         list[float]]:
+    import csv
+    from datetime import datetime
+
+    times: list[float] = []
+    values: list[float] = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        for name in (time_col, value_col):
+            if name not in (reader.fieldnames or []):
+                raise ValueError(f"{path}: no column {name!r}; the columns are "
+                                 f"{', '.join(reader.fieldnames or [])}")
+        for line, row in enumerate(reader, start=2):
+            raw_t, raw_v = row[time_col], row[value_col]
+            try:
+                t = float(raw_t)
+            except ValueError:
+                try:
+                    t = datetime.fromisoformat(raw_t).timestamp()
+                except ValueError:
+                    raise ValueError(f"{path}, line {line}, column {time_col!r}: expected "
+                                     f"seconds or an ISO time, got {raw_t!r}") from None
+            try:
+                v = float(raw_v) if raw_v.strip() else float("nan")
+            except ValueError:
+                raise ValueError(f"{path}, line {line}, column {value_col!r}: expected a "
+                                 f"number, got {raw_v!r}") from None
+            times.append(t)
+            values.append(v)
+    return times, values
+
+
+def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
+    import json
+
+    import numpy as np
+
+    from forecasting import (
+        ExponentialSmoothing,
+        LastValue,
+        QuantileGBForecaster,
+        SeasonalNaive,
+        SeriesError,
+        backtest,
+        regularize,
+        series_from_requests,
+    )
+    from pdscale._io import OutputError, write_tree
+    from pdscale.spec import parse_duration
+
+    try:
+        resolution = float(parse_duration(args.resolution))
+        horizons = [float(parse_duration(h)) for h in args.horizons.split(",") if h.strip()]
+        quantiles = tuple(float(q) for q in args.quantiles.split(","))
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    try:
+        if args.trace:
+            from simulator import TraceError, load_trace
+
+            try:
+                trace = load_trace(args.trace, args.format, skip_bad_rows=args.skip_bad_rows)
+            except TraceError as exc:
+                raise ValueError(str(exc)) from exc
+            all_series = series_from_requests(
+                trace.arrival_s, trace.prompt_tokens.astype(np.float64),
+                trace.output_tokens.astype(np.float64), resolution_s=resolution)
+            if args.signal not in all_series:
+                raise ValueError(f"unknown --signal {args.signal!r}; use one of "
+                                 f"{', '.join(all_series)}")
+            series = all_series[args.signal]
+            source = args.trace
+        else:
+            if not (args.series and args.time_col and args.value_col):
+                raise ValueError("give --trace, or --series with --time-col and --value-col")
+            times, values = _read_series_csv(args.series, args.time_col, args.value_col)
+            series = regularize(times, values, resolution_s=resolution,
+                                zero_is_missing=args.zero_is_missing)
+            source = args.series
+        n = len(series)
+        period = max(1, round(args.period / resolution))
+        train = round(n * args.train_fraction) if args.train_days is None else \
+            round(args.train_days * 86400 / resolution)
+        common = {"resolution_s": resolution, "quantiles": quantiles}
+        models = {"last_value": LastValue(**common),  # type: ignore[arg-type]
+                  "exp_smoothing": ExponentialSmoothing(**common)}  # type: ignore[arg-type]
+        if train > period + 1:
+            models["seasonal_naive"] = SeasonalNaive(period_s=args.period,
+                                                     **common)  # type: ignore[arg-type]
+        models["gbqr"] = QuantileGBForecaster(horizons_s=tuple(horizons), period_s=args.period,
+                                              random_state=args.seed,
+                                              **common)  # type: ignore[arg-type]
+        result = backtest(series, models, horizons_s=horizons, train_steps=train,
+                          season_steps=period)
+    except (SeriesError, ValueError, OSError) as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
+    labels = list(next(iter(result.scores.values())))
+    print(f"backtest of {source} at {args.resolution}: trained on {result.train_steps} steps, "
+          f"{result.test_origins} forecast origins")
+    print(f"{'model':<16}{'horizon':>8}{'MAE':>11}{'sMAPE':>8}{'MASE':>7}{'cov q90':>9}"
+          f"{'fit s':>7}")
+    for name, per_h in result.scores.items():
+        for label in labels:
+            sc = per_h[label]
+            cov = sc.get("coverage_q90")
+            print(f"{name:<16}{label:>8}{sc['mae']:>11.4g}{sc['smape']:>8.3f}"
+                  f"{sc['mase'] if sc['mase'] is not None else float('nan'):>7.3f}"
+                  f"{cov if cov is not None else float('nan'):>9.3f}{result.fit_s[name]:>7.2f}")
+    report = {"source": source, "resolution_s": resolution, "horizons_s": horizons,
+              "quantiles": list(quantiles), "train_steps": result.train_steps,
+              "test_origins": result.test_origins, "series_notes": list(series.notes),
+              "fit_s": result.fit_s, "predict_ms": result.predict_ms,
+              "models": result.scores}
+    files: dict[str, str | bytes] = {
+        "backtest.json": json.dumps(report, indent=2, sort_keys=True) + "\n"}
+    if not args.no_plots:
+        files["forecast.png"] = _backtest_plot(series, result)
+    try:
+        write_tree(Path(args.out), files)
+    except OutputError as exc:
+        _err(str(exc))
+        return EXIT_FAILURE
+    print(f"wrote {args.out}/backtest.json" + ("" if args.no_plots else " and forecast.png"))
+    return EXIT_OK
+
+
+def _backtest_plot(series: object, result: object) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from forecasting import BacktestResult, RegularSeries
+
+    assert isinstance(series, RegularSeries) and isinstance(result, BacktestResult)
+    name = "gbqr" if "gbqr" in result.forecasts else next(iter(result.forecasts))
+    pred = result.forecasts[name]
+    j = len(result.horizons) - 1
+    h = int(result.horizons[j])
+    target = result.origins + h
+    hours = series.times_s[target] / 3600
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    ax.plot(hours, series.values[target], lw=0.8, color="black", label="actual")
+    ax.plot(hours, pred[:, j, 0], lw=0.8, color="tab:blue", label=f"{name} median")
+    ax.fill_between(hours, pred[:, j, 0], pred[:, j, -1], color="tab:blue", alpha=0.2,
+                    label="quantile band")
+    ax.set_xlabel("hours")
+    ax.set_title(f"{name}: forecast {h * series.resolution_s / 60:g} min ahead against actual")
+    ax.legend(loc="upper left", fontsize=8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
 def _fmt_s(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
@@ -344,6 +504,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal", required=True, help="signal name, see `pdscale signals`")
     p.add_argument("--window", default="5m", help="rate window (default 5m)")
     p.set_defaults(func=_cmd_query)
+
+    forecast = sub.add_parser("forecast", help="load forecasting: backtests")
+    forecast_sub = forecast.add_subparsers(dest="forecast_command", metavar="COMMAND",
+                                           required=True)
+    p = forecast_sub.add_parser(
+        "backtest", help="rolling-origin backtest of the forecasters",
+        description="Fit the forecasters (last value, exponential smoothing, seasonal naive, "
+                    "gradient-boosted quantile regression) on the first part of a series and "
+                    "score forecasts from every later origin: MAE, sMAPE, MASE, pinball loss "
+                    "per quantile, coverage of the 0.9 quantile. Writes backtest.json and a "
+                    "plot into --out.")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", help="a request trace (or 'synthetic')")
+    source.add_argument("--series", help="a CSV of (time, value) rows")
+    p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
+                                        "synthetic"])
+    p.add_argument("--signal", default="request_rate",
+                   help="from a trace: request_rate, prompt_tokens_per_s, output_tokens_per_s, "
+                        "mean_input_tokens or mean_output_tokens")
+    p.add_argument("--time-col", help="CSV time column (seconds or ISO times)")
+    p.add_argument("--value-col", help="CSV value column")
+    p.add_argument("--zero-is-missing", action="store_true",
+                   help="treat zeros in a busy series as collection gaps")
+    p.add_argument("--resolution", default="1m")
+    p.add_argument("--horizons", default="5m,30m")
+    p.add_argument("--quantiles", default="0.5,0.9")
+    p.add_argument("--period", type=float, default=86400.0, help="seasonal period, seconds")
+    p.add_argument("--train-fraction", type=float, default=0.7)
+    p.add_argument("--train-days", type=float, help="train on this many days instead")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-bad-rows", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_forecast_backtest)
 
     trace = sub.add_parser("trace", help="inspect request traces")
     trace_sub = trace.add_subparsers(dest="trace_command", metavar="COMMAND", required=True)
