@@ -13,6 +13,7 @@ from forecasting._models import (
     QuantileGBForecaster,
     SeasonalNaive,
 )
+from forecasting._online import OnlineForecaster
 from forecasting._series import (
     RegularSeries,
     SeriesError,
@@ -27,6 +28,7 @@ __all__ = [
     "BacktestResult",
     "ExponentialSmoothing",
     "LastValue",
+    "OnlineForecaster",
     "QuantileGBForecaster",
     "RegularSeries",
     "SeasonalNaive",

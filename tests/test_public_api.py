@@ -17,6 +17,7 @@ PUBLIC = {
                   "metric_names_in", "pool_expr", "pool_query", "recorded_name", "signal_def",
                   "slo_error_ratio_expr", "slo_error_ratio_record"],
     "forecasting": ["AutoForecaster", "BacktestResult", "ExponentialSmoothing", "LastValue",
+                    "OnlineForecaster",
                     "QuantileGBForecaster", "RegularSeries", "SeasonalNaive", "SeriesError",
                     "backtest", "level_shifts", "pinball", "regularize",
                     "series_from_prometheus", "series_from_requests"],

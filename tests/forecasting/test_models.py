@@ -182,3 +182,23 @@ def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(SeriesError, match="shorter than the resolution"):
         backtest(regularize(t, y, resolution_s=RES), {"l": LastValue(resolution_s=RES)},
                  horizons_s=(60,), train_steps=200, season_steps=DAY_STEPS)
+
+
+def test_online_updates_between_scheduled_refits() -> None:
+    from forecasting import OnlineForecaster
+
+    t, y = daily_series(3)
+    online = OnlineForecaster(QuantileGBForecaster(resolution_s=RES, horizons_s=(600, 1800)),
+                              refit_every_s=3600)
+    for a, b in zip(t[:300], y[:300], strict=True):
+        online.observe(a, b)
+    assert online.refit_due(t[299])
+    first = online.refit(t[299])
+    assert not online.refit_due(t[299] + 600) and online.refit_due(t[299] + 3600)
+    for a, b in zip(t[300:310], y[300:310], strict=True):
+        online.observe(a, b)
+    assert online.fitted is first and first.t_last_ == t[309]  # updated, not refitted
+    out = online.forecast(np.array([600.0, 1800.0]))
+    assert out.shape == (2, 2) and online.fit_seconds > 0 and online.predict_seconds > 0
+    with pytest.raises(SeriesError, match="forward in time"):
+        online.observe(t[0], 1.0)

@@ -1,0 +1,70 @@
+"""Online use: cheap updates between refits, and a refit schedule the caller owns.
+
+The controller calls :meth:`OnlineForecaster.observe` with each new point (an append, no
+refit), :meth:`OnlineForecaster.forecast` every tick, and runs :meth:`refit` off its tick path
+when :meth:`refit_due` says so (every ``refit_every_s``). History is bounded to
+``history_s`` so refits stay cheap. Fit and predict times are kept for reporting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from sklearn.base import clone
+
+from forecasting._models import _Forecaster
+from forecasting._series import SeriesError
+
+__all__ = ["OnlineForecaster"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class OnlineForecaster:
+    model: _Forecaster
+    refit_every_s: float = 600.0
+    history_s: float = 14 * 86400.0
+    fitted: _Forecaster | None = None
+    last_fit_s: float | None = None
+    fit_seconds: float = 0.0
+    predict_seconds: float = 0.0
+    _times: list[float] = field(default_factory=list)
+    _values: list[float] = field(default_factory=list)
+
+    def observe(self, t_s: float, value: float) -> None:
+        if self._times and t_s <= self._times[-1]:
+            raise SeriesError(f"observations must move forward in time: {t_s} after "
+                              f"{self._times[-1]}")
+        self._times.append(float(t_s))
+        self._values.append(float(value))
+        cutoff = t_s - self.history_s
+        if self._times[0] < cutoff:
+            keep = int(np.searchsorted(np.array(self._times), cutoff))
+            del self._times[:keep], self._values[:keep]
+        if self.fitted is not None and t_s > self.fitted.t_last_ + self.fitted.resolution_s / 2:
+            self.fitted.update(np.array([[t_s]]), np.array([value]))
+
+    def refit_due(self, now_s: float) -> bool:
+        return self.last_fit_s is None or now_s - self.last_fit_s >= self.refit_every_s
+
+    def refit(self, now_s: float) -> _Forecaster:
+        model: _Forecaster = clone(self.model)
+        started = time.perf_counter()
+        model.fit(np.array(self._times)[:, None], np.array(self._values))
+        self.fit_seconds = time.perf_counter() - started
+        self.fitted = model
+        self.last_fit_s = now_s
+        return model
+
+    def forecast(self, horizons_s: FloatArray) -> FloatArray:
+        """(len(horizons), n_quantiles) from the latest observation."""
+        if self.fitted is None:
+            raise SeriesError("no fitted model yet: call refit() once there is history")
+        started = time.perf_counter()
+        out = self.fitted.predict_quantiles(self.fitted.t_last_ + np.asarray(horizons_s)[:, None])
+        self.predict_seconds = time.perf_counter() - started
+        return out
