@@ -43,7 +43,7 @@ from pdscale.spec import Role
 from simulator._profiles import InstanceProfile
 from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 
-__all__ = ["EventSimulator", "PoolSetup", "SimSetup"]
+__all__ = ["EventSimulator", "PoolSetup", "SimSetup", "hist_quantile"]
 
 Router = Literal["least_loaded", "prefix"]
 
@@ -678,14 +678,12 @@ class EventSimulator:
 
     # -- observations ---------------------------------------------------------------------
 
-    def window_itl_p95(self) -> float | None:
-        return _hist_quantile(self.window_itl_hist, self.itl_edges, 0.95)
-
     def itl_quantile(self, q: float) -> float | None:
-        return _hist_quantile(self.itl_hist, self.itl_edges, q)
+        return hist_quantile(self.itl_hist, self.itl_edges, q)
 
 
-def _hist_quantile(hist: FloatArray, edges: FloatArray, q: float) -> float | None:
+def hist_quantile(hist: FloatArray, edges: FloatArray, q: float) -> float | None:
+    """Quantile of a histogram over log-spaced ``edges`` (a bucket's geometric centre)."""
     total = hist.sum()
     if total <= 0:
         return None

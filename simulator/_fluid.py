@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from controller import Observation, Policy, PoolDecision, PoolKey, PoolObservation, PoolReplicas
 from pdscale.spec import Role
-from simulator._event import PoolSetup, SimSetup
+from simulator._event import PoolSetup, SimSetup, hist_quantile
 from simulator._runner import SimResult
 from simulator._trace import Trace
 
@@ -370,15 +370,6 @@ def _minute_rows(rec: Mapping[str, FloatArray], dt: float) -> list[dict[str, flo
     return rows
 
 
-def _hist_q(hist: FloatArray, q: float) -> float | None:
-    total = float(hist.sum())
-    if total <= 0:
-        return None
-    i = int(np.searchsorted(np.cumsum(hist), q * total))
-    i = min(max(i, 1), len(_EDGES) - 1)
-    return float(math.sqrt(_EDGES[i - 1] * _EDGES[i]))
-
-
 def _fluid_summary(setup: SimSetup, pools: Mapping[Role, _Pool], ttft_hist: FloatArray,
                    itl_hist: FloatArray, total: float, ok_ttft: float, ok_itl: float,
                    ok_both: float, scale_actions: int, end: float,
@@ -396,11 +387,11 @@ def _fluid_summary(setup: SimSetup, pools: Mapping[Role, _Pool], ttft_hist: Floa
         "slo_attainment": ok_both / denom,
         "ttft_attainment": ok_ttft / denom,
         "itl_attainment": ok_itl / denom,
-        "ttft_p50_s": _hist_q(ttft_hist, 0.5),
-        "ttft_p95_s": _hist_q(ttft_hist, 0.95),
-        "ttft_p99_s": _hist_q(ttft_hist, 0.99),
-        "itl_p50_s": _hist_q(itl_hist, 0.5),
-        "itl_p95_s": _hist_q(itl_hist, 0.95),
+        "ttft_p50_s": hist_quantile(ttft_hist, _EDGES, 0.5),
+        "ttft_p95_s": hist_quantile(ttft_hist, _EDGES, 0.95),
+        "ttft_p99_s": hist_quantile(ttft_hist, _EDGES, 0.99),
+        "itl_p50_s": hist_quantile(itl_hist, _EDGES, 0.5),
+        "itl_p95_s": hist_quantile(itl_hist, _EDGES, 0.95),
         "gpu_hours": gpu_h,
         "scale_actions": scale_actions,
         "simulated_s": end,

@@ -31,7 +31,14 @@ from controller import (
     PoolReplicas,
 )
 from pdscale.spec import Role
-from simulator._event import EventSimulator, SimSetup, _DecodeReplica, _PrefillReplica, _State
+from simulator._event import (
+    EventSimulator,
+    SimSetup,
+    _DecodeReplica,
+    _PrefillReplica,
+    _State,
+    hist_quantile,
+)
 from simulator._trace import Trace
 
 __all__ = ["SimActuator", "SimResult", "attach_loop", "finish_loop", "run_event"]
@@ -131,8 +138,8 @@ class _Loop:
         cached = sum(r.cached_tokens for r in recent)
         firsts = [x for r in recent for x in r.first_tokens]
         hist = sum((r.itl_hist for r in recent), np.zeros_like(sim.itl_hist))
-        itl_p50 = _hist_q(hist, sim.itl_edges, 0.5)
-        itl_p95 = _hist_q(hist, sim.itl_edges, 0.95)
+        itl_p50 = hist_quantile(hist, sim.itl_edges, 0.5)
+        itl_p95 = hist_quantile(hist, sim.itl_edges, 0.95)
         interval = list(self.raw)[-self.interval_ticks:]
         n_int = sum(r.arrivals for r in interval)
         int_span = max(len(interval) * sim.setup.tick_s, 1e-9)
@@ -248,21 +255,10 @@ class _Loop:
         out["queue_decode"] = float(np.mean([r["queue_decode"] for r in rows]))
         out["kv_usage"] = float(np.mean([r["kv_usage"] for r in rows]))
         out["ttft_p95_s"] = float(np.percentile(firsts, 95)) if firsts else math.nan
-        q = _hist_q(hist, self.sim.itl_edges, 0.95) if hist is not None else None
+        q = hist_quantile(hist, self.sim.itl_edges, 0.95) if hist is not None else None
         out["itl_p95_s"] = q if q is not None else math.nan
         self.series.append(out)
         self._minute = _Minute()
-
-
-def _hist_q(hist: np.ndarray[Any, np.dtype[np.float64]], edges: np.ndarray[Any, Any],
-            q: float) -> float | None:
-    total = float(hist.sum())
-    if total <= 0:
-        return None
-    cum = np.cumsum(hist)
-    i = int(np.searchsorted(cum, q * total))
-    i = min(max(i, 1), len(edges) - 1)
-    return float(math.sqrt(edges[i - 1] * edges[i]))
 
 
 def _pct(values: np.ndarray[Any, Any], q: float) -> float | None:

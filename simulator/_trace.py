@@ -192,56 +192,20 @@ def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         yield from enumerate(reader, start=2)
 
 
-def load_azure(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+def _load_csv(path: Path, columns: tuple[str, str, str], parse_time: Any, *,
+              skip_bad_rows: bool) -> tuple[list[float], list[int], list[int], int]:
+    """Rows of (time, prompt tokens, output tokens) from a CSV; ``parse_time(text, line)``
+    returns seconds or raises TraceError."""
+    time_col, prompt_col, output_col = columns
     arrivals: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
     skipped = 0
-    first: datetime | None = None
-    for line, row in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+    for line, row in _csv_rows(path, columns):
         try:
-            text = row["TIMESTAMP"]
-            try:
-                stamp = datetime.fromisoformat(text)
-            except (TypeError, ValueError):
-                raise _bad(path, line, "TIMESTAMP",
-                           f"expected 'YYYY-MM-DD HH:MM:SS.fff', got {text!r}") from None
-            if first is None:
-                first = stamp
-            try:
-                offset = (stamp - first).total_seconds()
-            except TypeError:
-                raise _bad(path, line, "TIMESTAMP", "mixes time zones with naive times") \
-                    from None
-            p = _int_field(row, "ContextTokens", path, line)
-            o = _int_field(row, "GeneratedTokens", path, line)
-        except TraceError:
-            if not skip_bad_rows:
-                raise
-            skipped += 1
-            continue
-        arrivals.append(offset)
-        prompts.append(p)
-        outputs.append(o)
-    return _finish(path.name, arrivals, prompts, outputs, None, start=first, skipped=skipped,
-                   path=path)
-
-
-def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
-    arrivals: list[float] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
-    skipped = 0
-    for line, row in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
-        try:
-            text = row["Timestamp"]
-            try:
-                t = float(text)
-            except (TypeError, ValueError):
-                raise _bad(path, line, "Timestamp", f"expected seconds, got {text!r}") \
-                    from None
-            p = _int_field(row, "Request tokens", path, line)
-            o = _int_field(row, "Response tokens", path, line)
+            t = parse_time(row[time_col], line)
+            p = _int_field(row, prompt_col, path, line)
+            o = _int_field(row, output_col, path, line)
         except TraceError:
             if not skip_bad_rows:
                 raise
@@ -250,6 +214,42 @@ def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
         arrivals.append(t)
         prompts.append(p)
         outputs.append(o)
+    return arrivals, prompts, outputs, skipped
+
+
+def load_azure(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+    first: list[datetime] = []
+
+    def parse(text: str, line: int) -> float:
+        try:
+            stamp = datetime.fromisoformat(text)
+        except (TypeError, ValueError):
+            raise _bad(path, line, "TIMESTAMP",
+                       f"expected 'YYYY-MM-DD HH:MM:SS.fff', got {text!r}") from None
+        if not first:
+            first.append(stamp)
+        try:
+            return (stamp - first[0]).total_seconds()
+        except TypeError:
+            raise _bad(path, line, "TIMESTAMP", "mixes time zones with naive times") from None
+
+    arrivals, prompts, outputs, skipped = _load_csv(
+        path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), parse,
+        skip_bad_rows=skip_bad_rows)
+    return _finish(path.name, arrivals, prompts, outputs, None,
+                   start=first[0] if first else None, skipped=skipped, path=path)
+
+
+def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
+    def parse(text: str, line: int) -> float:
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            raise _bad(path, line, "Timestamp", f"expected seconds, got {text!r}") from None
+
+    arrivals, prompts, outputs, skipped = _load_csv(
+        path, ("Timestamp", "Request tokens", "Response tokens"), parse,
+        skip_bad_rows=skip_bad_rows)
     return _finish(path.name, arrivals, prompts, outputs, None, start=None, skipped=skipped,
                    path=path)
 
