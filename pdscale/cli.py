@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pdscale.spec import Role, Spec, SpecError, load_spec
 
@@ -380,15 +381,15 @@ def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
         period = max(1, round(args.period / resolution))
         train = round(n * args.train_fraction) if args.train_days is None else \
             round(args.train_days * 86400 / resolution)
-        common = {"resolution_s": resolution, "quantiles": quantiles}
-        models = {"last_value": LastValue(**common),  # type: ignore[arg-type]
-                  "exp_smoothing": ExponentialSmoothing(**common)}  # type: ignore[arg-type]
+        models: dict[str, Any] = {
+            "last_value": LastValue(resolution_s=resolution, quantiles=quantiles),
+            "exp_smoothing": ExponentialSmoothing(resolution_s=resolution, quantiles=quantiles)}
         if train > period + 1:
-            models["seasonal_naive"] = SeasonalNaive(period_s=args.period,
-                                                     **common)  # type: ignore[arg-type]
+            models["seasonal_naive"] = SeasonalNaive(period_s=args.period, resolution_s=resolution,
+                                                     quantiles=quantiles)
         models["gbqr"] = QuantileGBForecaster(horizons_s=tuple(horizons), period_s=args.period,
-                                              random_state=args.seed,
-                                              **common)  # type: ignore[arg-type]
+                                              random_state=args.seed, resolution_s=resolution,
+                                              quantiles=quantiles)
         result = backtest(series, models, horizons_s=horizons, train_steps=train,
                           season_steps=period)
     except (SeriesError, ValueError, OSError) as exc:
