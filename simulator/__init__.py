@@ -11,7 +11,7 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from simulator._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
+from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from simulator._runner import SimResult, run_event
 from simulator._simulate import POLICIES, SimOptions, result_files, simulate
 from simulator._trace import (

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdscale.spec import Role
-from simulator._profiles import InstanceProfile
+from controller._profiles import InstanceProfile
 from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 
 __all__ = ["EventSimulator", "PoolSetup", "SimSetup", "hist_quantile"]

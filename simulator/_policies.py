@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from controller import Observation, PoolDecision, PoolKey
 from pdscale.spec import Role
-from simulator._profiles import InstanceProfile
+from controller._profiles import InstanceProfile
 from simulator._trace import Trace
 
 __all__ = [

@@ -31,7 +31,7 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from simulator._profiles import load_profile
+from controller._profiles import load_profile
 from simulator._runner import SimResult, run_event
 from simulator._trace import Trace, TraceError, detect_format, load_trace
 

@@ -56,7 +56,7 @@ def test_h200_profile_reproduces_the_dynamo_measurements() -> None:
 
 
 def test_user_profile_file(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parents[2] / "simulator" / "profiles" /
+    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
             "h100-80gb-llama-3.1-8b.yaml").read_text().replace("name: h100-80gb-llama-3.1-8b",
                                                                "name: mine")
     path = tmp_path / "mine.yaml"

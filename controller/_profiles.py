@@ -1,6 +1,6 @@
 """Instance performance profiles: how fast one prefill or decode replica is.
 
-A profile is a small YAML file (see ``simulator/profiles/`` for the shipped ones and where
+A profile is a small YAML file (see ``controller/profiles/`` for the shipped ones and where
 their numbers come from). Prefill time of one prompt of L tokens is ``a + b*L + c*L^2`` ms;
 under chunked prefill an iteration that advances a prompt from p to p + x tokens costs the
 linear term on x and the quadratic term on ``(p + x)^2 - p^2`` (so the chunks of one prompt add
@@ -87,7 +87,7 @@ def _parse(raw: Any, source: str) -> InstanceProfile:
             missing += [f"{group}.{k}" for k in keys if k not in raw[group]]
     if missing:
         raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}; see the shipped "
-                           "profiles in simulator/profiles/ for the format")
+                           "profiles in controller/profiles/ for the format")
 
     def num(value: Any, where: str, *, positive: bool = True) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or \
@@ -119,7 +119,7 @@ def _parse(raw: Any, source: str) -> InstanceProfile:
 
 def builtin_profiles() -> dict[str, InstanceProfile]:
     out = {}
-    folder = resources.files("simulator") / "profiles"
+    folder = resources.files("controller") / "profiles"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             profile = _parse(yaml.safe_load(entry.read_text()), entry.name)
