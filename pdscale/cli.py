@@ -568,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"])
     p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",
-                                                          "oracle"])
+                                                          "oracle", "pdscale"])
     p.add_argument("--mode", default="auto", choices=["event", "fluid", "auto"],
                    help="event: per request; fluid: aggregates (multi-day); auto: event up "
                         "to 6 h and 3M requests")

@@ -1,6 +1,7 @@
 """The P/D cluster simulator: trace loaders, instance profiles, event and fluid modes,
 baseline policies, and results (summary, time series, plots)."""
 
+from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from simulator._event import EventSimulator, PoolSetup, SimSetup
 from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
 from simulator._policies import (
@@ -11,7 +12,6 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from simulator._runner import SimResult, run_event
 from simulator._simulate import POLICIES, SimOptions, result_files, simulate
 from simulator._trace import (

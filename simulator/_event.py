@@ -39,8 +39,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from pdscale.spec import Role
 from controller._profiles import InstanceProfile
+from pdscale.spec import Role
 from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 
 __all__ = ["EventSimulator", "PoolSetup", "SimSetup", "hist_quantile"]

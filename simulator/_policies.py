@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from controller import Observation, PoolDecision, PoolKey
-from pdscale.spec import Role
 from controller._profiles import InstanceProfile
+from pdscale.spec import Role
 from simulator._trace import Trace
 
 __all__ = [

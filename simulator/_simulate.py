@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from controller import Policy
+from controller._profiles import load_profile
 from pdscale.spec import Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
 from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
@@ -31,13 +32,12 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from controller._profiles import load_profile
 from simulator._runner import SimResult, run_event
 from simulator._trace import Trace, TraceError, detect_format, load_trace
 
 __all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate"]
 
-POLICIES = ("static", "reactive", "dynamo", "oracle")
+POLICIES = ("static", "reactive", "dynamo", "oracle", "pdscale")
 Mode = Literal["event", "fluid", "auto"]
 EVENT_LIMIT_REQUESTS = 3_000_000
 EVENT_LIMIT_SPAN_S = 6 * 3600.0
@@ -95,6 +95,17 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
     if name == "dynamo":
         return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
+    if name == "pdscale":
+        from controller import CapacityModel, PdscalePolicy
+
+        key_p, key_d = (setup.service, Role.PREFILL), (setup.service, Role.DECODE)
+        capacity = {
+            key_p: CapacityModel(Role.PREFILL, setup.prefill.profile, setup.slo_ttft_s),
+            key_d: CapacityModel(Role.DECODE, setup.decode.profile, setup.slo_itl_s),
+        }
+        return PdscalePolicy(capacity, {key_p: setup.prefill.cold_start_s,
+                                        key_d: setup.decode.cold_start_s},
+                             tick_s=setup.tick_s)
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,

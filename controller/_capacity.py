@@ -1,0 +1,98 @@
+"""Capacity model: how much demand one replica serves at the SLO.
+
+Prefill demand is uncached prompt tokens per second (prompt tokens x (1 - prefix hit rate));
+a replica serves its saturated chunked-prefill throughput for the length mix, times a target
+utilisation that leaves room for queueing within the TTFT SLO. Decode demand is generated
+tokens per second; a replica serves B tokens per step, where B is the largest batch whose step
+time stays within the ITL SLO (with headroom) and whose KV cache fits, so its capacity is
+B / step(B) tokens per second.
+
+Online correction: when a pool misses its latency SLO at a load the model said it could carry,
+the model was optimistic; when it is well within the SLO at high load, pessimistic. The
+correction factor moves slowly towards observed / expected and is bounded, so one bad minute
+cannot swing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller._profiles import InstanceProfile
+from pdscale.spec import Role
+
+__all__ = ["CapacityModel", "decode_batch_at_slo"]
+
+HEADROOM = 0.8
+"""Share of saturated capacity planned for (prefill), or of the ITL SLO a step may use."""
+
+
+def decode_batch_at_slo(profile: InstanceProfile, itl_slo_s: float, ctx_tokens: float,
+                        headroom: float = HEADROOM) -> int:
+    """Largest decode batch whose step time is within ``headroom`` x the ITL SLO and whose KV
+    fits in 95 % of the cache."""
+    budget_ms = itl_slo_s * 1000 * headroom
+    best = 1
+    for b in range(1, profile.max_batch + 1):
+        if profile.decode_step_ms(b, b * ctx_tokens) > budget_ms or \
+                b * ctx_tokens > profile.kv_capacity_tokens * 0.95:
+            break
+        best = b
+    return best
+
+
+@dataclass
+class CapacityModel:
+    """Per-replica capacity of one pool, with a bounded online correction."""
+
+    role: Role
+    profile: InstanceProfile
+    slo_s: float
+    """TTFT SLO for prefill, ITL SLO for decode."""
+    mean_prompt_tokens: float = 1500.0
+    mean_sq_prompt_tokens: float = 1500.0 ** 2 * 2
+    mean_output_tokens: float = 200.0
+    correction: float = 1.0
+    min_correction: float = 0.5
+    max_correction: float = 1.5
+    smoothing: float = 0.1
+    history: list[float] = field(default_factory=list)
+
+    def observe_lengths(self, mean_prompt: float | None, mean_output: float | None) -> None:
+        """Track the length mix slowly (it changes the per-token cost)."""
+        if mean_prompt is not None and mean_prompt > 0:
+            self.mean_prompt_tokens += 0.05 * (mean_prompt - self.mean_prompt_tokens)
+            self.mean_sq_prompt_tokens = max(self.mean_sq_prompt_tokens,
+                                             self.mean_prompt_tokens ** 2)
+        if mean_output is not None and mean_output > 0:
+            self.mean_output_tokens += 0.05 * (mean_output - self.mean_output_tokens)
+
+    def nominal_per_replica(self) -> float:
+        """Demand units per second one replica carries at the SLO, before correction."""
+        if self.role is Role.PREFILL:
+            return self.profile.prefill_tokens_per_s(self.mean_prompt_tokens,
+                                                     self.mean_sq_prompt_tokens) * HEADROOM
+        ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
+        batch = decode_batch_at_slo(self.profile, self.slo_s, ctx)
+        return batch / (self.profile.decode_step_ms(batch, batch * ctx) / 1000)
+
+    def per_replica(self) -> float:
+        return self.nominal_per_replica() * self.correction
+
+    def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None
+                        ) -> None:
+        """Correct towards what replicas actually deliver, only from informative minutes:
+        a miss at or below planned load (optimistic model), or ample slack at >= 70 % of it."""
+        if latency_p95_s is None or demand_per_replica is None or demand_per_replica <= 0:
+            return
+        planned = self.per_replica()
+        load = demand_per_replica / planned
+        target = self.correction
+        if latency_p95_s > self.slo_s and load <= 1.0:
+            target = self.correction * max(0.7, load)
+        elif latency_p95_s < 0.5 * self.slo_s and load >= 0.7:
+            target = self.correction * 1.1
+        else:
+            return
+        self.correction += self.smoothing * (target - self.correction)
+        self.correction = min(self.max_correction, max(self.min_correction, self.correction))
+        self.history.append(self.correction)

@@ -1,0 +1,218 @@
+"""pdscale's scaling policy: forecast-driven, pre-warming, prefill and decode independent.
+
+For each pool, every tick:
+
+1. Demand now (prefill: uncached prompt tokens/s; decode: generated tokens/s) and its forecast
+   at the scale-up quantile over [now, now + lead], where lead = the pool's learned cold-start
+   p90 + one tick: a replica asked for now is ready when that demand arrives.
+2. Replicas = ceil(max demand over the lead / capacity per replica at the SLO).
+3. Fast reactive path: when observed TTFT/ITL p95 breaches the SLO or the queue grows, add the
+   replicas that drain the backlog within ``drain_s`` (not +1), skipping stabilisation.
+4. Scale up at once; scale down only when the need stayed lower for ``stabilisation_s``, and
+   by at most ``max_step_down`` replicas a tick; never below min or above max.
+5. Missing or stale demand data: hold (never scale down), and say so.
+
+Every decision carries machine-readable reasons. The policy reads no clock and does no I/O:
+time comes from the observation; the forecasters are fitted on the schedule the caller owns
+(``refit_every_s``), from data the observations carried.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controller._capacity import CapacityModel
+from controller._interface import Observation, PoolDecision, PoolKey, PoolObservation
+from forecasting import OnlineForecaster, QuantileGBForecaster, SeriesError
+from pdscale.spec import Role
+
+__all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState"]
+
+DEMAND_SIGNAL = {Role.PREFILL: "prompt_tokens_per_s", Role.DECODE: "generation_tokens_per_s"}
+LATENCY_SIGNAL = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
+
+
+@dataclass
+class ColdStartTracker:
+    """Time from a scale-up to the replicas being ready; a running p90 of recent ones."""
+
+    default_s: float
+    samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
+
+    def asked(self, now_s: float, ready_target: int) -> None:
+        self._pending.append((now_s, ready_target))
+
+    def observe(self, now_s: float, ready: int) -> None:
+        still = []
+        for asked_at, target in self._pending:
+            if ready >= target:
+                self.samples.append(now_s - asked_at)
+            else:
+                still.append((asked_at, target))
+        self._pending = still
+
+    def cancel_above(self, target: int) -> None:
+        self._pending = [(t, n) for t, n in self._pending if n <= target]
+
+    @property
+    def p90_s(self) -> float:
+        if len(self.samples) < 3:
+            return self.default_s
+        return float(np.percentile(np.array(self.samples), 90))
+
+
+@dataclass
+class PoolPolicyState:
+    capacity: CapacityModel
+    cold_start: ColdStartTracker
+    forecaster: OnlineForecaster | None
+    needs: deque[tuple[float, int]] = field(default_factory=deque)
+    first_seen_s: float | None = None
+
+
+class PdscalePolicy:
+    """See the module docstring."""
+
+    name = "pdscale"
+
+    def __init__(self, capacity: Mapping[PoolKey, CapacityModel],
+                 cold_start_s: Mapping[PoolKey, float], *, tick_s: float = 15.0,
+                 quantile: float = 0.9, stabilisation_s: float = 300.0,
+                 max_step_down: int = 2, drain_s: float = 60.0,
+                 refit_every_s: float = 900.0, resolution_s: float = 60.0,
+                 min_history_s: float = 3600.0, forecast: bool = True) -> None:
+        self.tick_s = tick_s
+        self.quantile = quantile
+        self.stabilisation_s = stabilisation_s
+        self.max_step_down = max_step_down
+        self.drain_s = drain_s
+        self.resolution_s = resolution_s
+        self.min_history_s = min_history_s
+        self.refit_every_s = refit_every_s
+        self.state: dict[PoolKey, PoolPolicyState] = {}
+        for key, model in capacity.items():
+            forecaster = None
+            if forecast:
+                forecaster = OnlineForecaster(
+                    QuantileGBForecaster(resolution_s=resolution_s, quantiles=(0.5, quantile),
+                                         horizons_s=(60, 120, 300, 600), max_iter=60,
+                                         max_train_rows=20_000),
+                    refit_every_s=refit_every_s, history_s=3 * 86400)
+            self.state[key] = PoolPolicyState(model, ColdStartTracker(cold_start_s[key]),
+                                              forecaster)
+        self._bucket: dict[PoolKey, tuple[float, list[float]]] = {}
+
+    # -- forecasting ------------------------------------------------------------------------
+
+    def _record(self, key: PoolKey, t: float, demand: float) -> None:
+        """Feed the forecaster one point per resolution step (the mean of the ticks in it)."""
+        st = self.state[key]
+        if st.forecaster is None:
+            return
+        step = math.floor(t / self.resolution_s) * self.resolution_s
+        current = self._bucket.get(key)
+        if current is None or current[0] == step:
+            values = current[1] if current else []
+            values.append(demand)
+            self._bucket[key] = (step, values)
+            return
+        st.forecaster.observe(current[0], float(np.mean(current[1])))
+        self._bucket[key] = (step, [demand])
+
+    def _forecast_max(self, key: PoolKey, now: float, lead_s: float) -> tuple[float | None, str]:
+        st = self.state[key]
+        fc = st.forecaster
+        if fc is None or not fc._times or fc._times[-1] - fc._times[0] < self.min_history_s:
+            return None, "forecast: history too short, sizing on the current demand"
+        try:
+            if fc.refit_due(now) or fc.fitted is None:
+                fc.refit(now)
+            horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
+                                 self.resolution_s)
+            q = fc.forecast(horizons)
+        except (SeriesError, ValueError) as exc:
+            return None, f"forecast unavailable ({exc}); sizing on the current demand"
+        return float(q[:, -1].max()), f"forecast q{self.quantile:g} over {lead_s:.0f}s"
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
+        out = {}
+        for key, pool in observation.pools.items():
+            if key in self.state:
+                out[key] = self._decide_pool(key, pool, observation.now_s)
+        return out
+
+    def _decide_pool(self, key: PoolKey, pool: PoolObservation, now: float) -> PoolDecision:
+        st = self.state[key]
+        role = key[1]
+        r = pool.replicas
+        signals = pool.signals
+        st.cold_start.observe(now, r.ready)
+        current = r.active
+        demand = signals.get(DEMAND_SIGNAL[role])
+        if role is Role.PREFILL and demand is not None:
+            hit = signals.get("prefix_cache_hit_ratio") or 0.0
+            demand = demand * (1 - min(max(hit, 0.0), 0.95))
+        if demand is None:
+            return PoolDecision(max(r.desired, current),
+                                (f"degraded: {DEMAND_SIGNAL[role]} missing or stale; holding "
+                                 f"{max(r.desired, current)} replicas, no scale-down",))
+        st.capacity.observe_lengths(signals.get("mean_input_tokens_interval"),
+                                    signals.get("mean_output_tokens_interval"))
+        per_replica = st.capacity.per_replica()
+        latency = signals.get(LATENCY_SIGNAL[role])
+        st.capacity.observe_latency(latency_p95_s=latency,
+                                    demand_per_replica=demand / max(r.ready, 1))
+        self._record(key, pool.data_time_s, demand)
+        lead = st.cold_start.p90_s + self.tick_s
+        forecast, fc_reason = self._forecast_max(key, now, lead)
+        sized_for = max(demand, forecast) if forecast is not None else demand
+        need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas
+        reasons = [f"demand {demand:.4g}/s, {fc_reason}"
+                   + (f" = {forecast:.4g}/s" if forecast is not None else ""),
+                   f"capacity {per_replica:.4g}/s per replica (correction "
+                   f"{st.capacity.correction:.2f}), lead {lead:.0f}s -> need {need}"]
+        # Fast reactive path: latency over the SLO or a queue: drain the backlog in drain_s.
+        queue = signals.get("queue_depth") or 0.0
+        slo = st.capacity.slo_s
+        reactive = 0
+        if (latency is not None and latency > slo) or queue > 2 * max(r.ready, 1):
+            per_request = (st.capacity.mean_prompt_tokens if role is Role.PREFILL
+                           else st.capacity.mean_output_tokens)
+            backlog = queue * per_request
+            reactive = r.ready + math.ceil(backlog / (per_replica * self.drain_s)) \
+                if per_replica > 0 else r.max_replicas
+            if latency is not None and latency > slo:
+                reactive = max(reactive, r.ready + 1)
+            reasons.append(f"reactive: {LATENCY_SIGNAL[role]} "
+                           f"{'n/a' if latency is None else f'{latency:.3g}s'} vs SLO {slo:g}s, "
+                           f"queue {queue:.0f} -> {reactive}")
+        target = max(need, reactive)
+        st.needs.append((now, target))
+        if st.first_seen_s is None:
+            st.first_seen_s = now
+        while st.needs and st.needs[0][0] < now - self.stabilisation_s:
+            st.needs.popleft()
+        window_full = now - st.first_seen_s >= self.stabilisation_s
+        if target > current:
+            desired = target
+            st.cold_start.asked(now, min(target, r.max_replicas))
+        else:
+            held = max(n for _, n in st.needs)
+            desired = max(target, held, current - self.max_step_down) \
+                if held < current and window_full else current
+            if desired < current:
+                reasons.append(f"scale down after {self.stabilisation_s:.0f}s below "
+                               f"{current}, by at most {self.max_step_down}")
+                st.cold_start.cancel_above(desired)
+        bounded = max(r.min_replicas, min(r.max_replicas, desired))
+        if bounded != desired:
+            reasons.append(f"bound: {'min' if bounded > desired else 'max'} replicas {bounded}")
+        return PoolDecision(bounded, tuple(reasons))

@@ -1,0 +1,139 @@
+"""pdscale's policy on a simulated clock: no mocks, observations built by hand."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller import (
+    CapacityModel,
+    ColdStartTracker,
+    Observation,
+    PdscalePolicy,
+    PoolObservation,
+    PoolReplicas,
+    load_profile,
+)
+from pdscale.spec import Role
+
+H100 = load_profile("h100-80gb-llama-3.1-8b")
+KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
+
+
+def _policy(**kw: object) -> PdscalePolicy:
+    capacity = {KEY_P: CapacityModel(Role.PREFILL, H100, 0.5),
+                KEY_D: CapacityModel(Role.DECODE, H100, 0.05)}
+    return PdscalePolicy(capacity, {KEY_P: 60.0, KEY_D: 60.0}, forecast=False, **kw)  # type: ignore[arg-type]
+
+
+def _obs(now: float, *, prompt: float | None = 20_000.0, gen: float | None = 3_000.0,
+         ready: tuple[int, int] = (2, 2), starting: tuple[int, int] = (0, 0),
+         desired: tuple[int, int] | None = None, ttft: float | None = 0.2,
+         itl: float | None = 0.02, queue: float = 0.0, bounds: tuple[int, int] = (1, 40)
+         ) -> Observation:
+    desired = desired or (ready[0] + starting[0], ready[1] + starting[1])
+    pools = {}
+    for i, (key, signals) in enumerate((
+            (KEY_P, {"prompt_tokens_per_s": prompt, "ttft_p95_s": ttft, "queue_depth": queue,
+                     "prefix_cache_hit_ratio": 0.0}),
+            (KEY_D, {"generation_tokens_per_s": gen, "itl_p95_s": itl, "queue_depth": 0.0}))):
+        replicas = PoolReplicas(ready=ready[i], starting=starting[i], draining=0,
+                                desired=desired[i], min_replicas=bounds[0],
+                                max_replicas=bounds[1])
+        pools[key] = PoolObservation(key, replicas, signals, now - 30)
+    return Observation(now, pools)
+
+
+def _desired(decisions: Mapping[object, object], key: object) -> int:
+    return decisions[key].desired_replicas  # type: ignore[index,attr-defined]
+
+
+def test_prefill_and_decode_are_sized_independently() -> None:
+    policy = _policy()
+    out = policy.decide(_obs(0, prompt=200_000.0, gen=500.0))
+    per_p = policy.state[KEY_P].capacity.per_replica()
+    assert _desired(out, KEY_P) == pytest.approx(200_000 / per_p, abs=1)
+    assert _desired(out, KEY_D) == 2  # decode load is light: it keeps its replicas
+    assert any("capacity" in r for r in out[KEY_P].reasons)
+
+
+def test_missing_data_holds_and_never_scales_down() -> None:
+    policy = _policy()
+    out = policy.decide(_obs(0, prompt=None, gen=None, ready=(6, 5)))
+    assert _desired(out, KEY_P) == 6 and _desired(out, KEY_D) == 5
+    assert out[KEY_P].reasons[0].startswith("degraded:")
+
+
+def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
+    policy = _policy()
+    # 4,000 waiting prompts of ~1,500 tokens: 6 M tokens to drain within a minute.
+    out = policy.decide(_obs(0, prompt=20_000.0, ttft=2.0, queue=4000.0, ready=(2, 2)))
+    per_replica = policy.state[KEY_P].capacity.per_replica()
+    expected = 2 + -(-4000 * 1500 // int(per_replica * 60))
+    assert _desired(out, KEY_P) == expected and expected >= 4
+    assert any(r.startswith("reactive:") for r in out[KEY_P].reasons)
+
+
+def test_scale_down_waits_for_stabilisation_and_steps() -> None:
+    policy = _policy(stabilisation_s=300.0, max_step_down=2)
+    high = policy.decide(_obs(0, prompt=300_000.0))
+    up = _desired(high, KEY_P)
+    seen = []
+    for t in range(15, 900, 15):
+        out = policy.decide(_obs(t, prompt=10_000.0, ready=(up, 2)))
+        seen.append(_desired(out, KEY_P))
+        up = _desired(out, KEY_P)
+    assert seen[0] == seen[15] == _desired(high, KEY_P)  # held for the window
+    steps = [a - b for a, b in itertools.pairwise(seen)]
+    assert max(steps) <= 2 and seen[-1] < seen[0]
+
+
+def test_cold_start_p90_is_learned() -> None:
+    tracker = ColdStartTracker(default_s=60.0)
+    for start, delay in ((0, 100), (1000, 110), (2000, 120), (3000, 130)):
+        tracker.asked(start, 3)
+        tracker.observe(start + delay - 1, 2)
+        tracker.observe(start + delay, 3)
+    assert tracker.p90_s == pytest.approx(127, abs=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(low=st.floats(0, 5e5), extra=st.floats(0, 5e5), gen=st.floats(0, 1e5))
+def test_more_demand_never_fewer_replicas(low: float, extra: float, gen: float) -> None:
+    a = _policy().decide(_obs(0, prompt=low, gen=gen))
+    b = _policy().decide(_obs(0, prompt=low + extra, gen=gen + extra / 10))
+    assert _desired(b, KEY_P) >= _desired(a, KEY_P)
+    assert _desired(b, KEY_D) >= _desired(a, KEY_D)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=st.one_of(st.none(), st.floats(0, 1e7)), gen=st.one_of(st.none(), st.floats(0, 1e6)),
+       ready=st.integers(1, 30), lo=st.integers(1, 5), hi=st.integers(5, 30),
+       ttft=st.one_of(st.none(), st.floats(0, 30)), queue=st.floats(0, 1e4))
+def test_bounds_always_hold_and_degraded_never_drops(prompt: float | None, gen: float | None,
+                                                     ready: int, lo: int, hi: int,
+                                                     ttft: float | None, queue: float) -> None:
+    ready = min(max(ready, lo), hi)
+    out = _policy().decide(_obs(0, prompt=prompt, gen=gen, ready=(ready, ready), ttft=ttft,
+                                queue=queue, bounds=(lo, hi)))
+    for key, signal in ((KEY_P, prompt), (KEY_D, gen)):
+        n = _desired(out, key)
+        assert lo <= n <= hi
+        if signal is None:
+            assert n >= ready
+
+
+def test_no_flapping_under_constant_load() -> None:
+    policy = _policy()
+    ready = (2, 2)
+    history = []
+    for t in range(0, 3600, 15):
+        out = policy.decide(_obs(t, prompt=120_000.0, gen=20_000.0, ready=ready))
+        ready = (_desired(out, KEY_P), _desired(out, KEY_D))
+        history.append(ready)
+    changes = sum(1 for a, b in itertools.pairwise(history) if a != b)
+    assert changes <= 2  # one move to the right size, then steady
