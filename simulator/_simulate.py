@@ -103,9 +103,11 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
             key_p: CapacityModel(Role.PREFILL, setup.prefill.profile, setup.slo_ttft_s),
             key_d: CapacityModel(Role.DECODE, setup.decode.profile, setup.slo_itl_s),
         }
+        # The controller refits every 15 minutes of wall time; replaying days of traffic, a
+        # refit every 6 simulated hours keeps runs short (updates still arrive every minute).
         return PdscalePolicy(capacity, {key_p: setup.prefill.cold_start_s,
                                         key_d: setup.decode.cold_start_s},
-                             tick_s=setup.tick_s)
+                             tick_s=setup.tick_s, refit_every_s=6 * 3600.0)
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
