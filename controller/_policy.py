@@ -107,6 +107,7 @@ class PdscalePolicy:
             self.state[key] = PoolPolicyState(model, ColdStartTracker(cold_start_s[key]),
                                               forecaster)
         self._bucket: dict[PoolKey, tuple[float, list[float]]] = {}
+        self._forecast_cache: dict[PoolKey, tuple[tuple[int, float, int], float]] = {}
 
     # -- forecasting ------------------------------------------------------------------------
 
@@ -133,12 +134,20 @@ class PdscalePolicy:
         try:
             if fc.refit_due(now) or fc.fitted is None:
                 fc.refit(now)
-            horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
-                                 self.resolution_s)
-            q = fc.forecast(horizons)
+            assert fc.fitted is not None
+            # The forecast only changes when a point arrives (once a resolution step).
+            cache_key = (id(fc.fitted), fc.fitted.t_last_, round(lead_s))
+            cached = self._forecast_cache.get(key)
+            if cached is not None and cached[0] == cache_key:
+                value = cached[1]
+            else:
+                horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
+                                     self.resolution_s)
+                value = float(fc.forecast(horizons)[:, -1].max())
+                self._forecast_cache[key] = (cache_key, value)
         except (SeriesError, ValueError) as exc:
             return None, f"forecast unavailable ({exc}); sizing on the current demand"
-        return float(q[:, -1].max()), f"forecast q{self.quantile:g} over {lead_s:.0f}s"
+        return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"
 
     # -- decisions --------------------------------------------------------------------------
 

@@ -412,7 +412,14 @@ class QuantileGBForecaster(_Forecaster):
 
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:
-        X, scale = self._features(values, origins, horizons, self.series_.start_s)
+        # Features reach back at most a week and an hour: forecasting from recent origins
+        # only needs the tail, which keeps one prediction cheap on a long history.
+        period = max(1, round(self.period_s / self.resolution_s))
+        reach = 7 * period * (1 + int(horizons.max()) // period) + \
+            round(3 * 3600 / self.resolution_s) + 16
+        offset = max(0, int(origins.min()) - reach)
+        start = self.series_.start_s + offset * self.resolution_s
+        X, scale = self._features(values[offset:], origins - offset, horizons, start)
         X = X[:, self.columns_]
         preds = np.stack([m.predict(X) for m in self.models_], axis=1) * scale[:, None]
         # Where the level is unknown (a long gap), fall back to the last value.
