@@ -49,7 +49,9 @@ class CapacityModel:
     slo_s: float
     """TTFT SLO for prefill, ITL SLO for decode."""
     mean_prompt_tokens: float = 1500.0
-    mean_sq_prompt_tokens: float = 1500.0 ** 2 * 2
+    prompt_cv: float = 1.5
+    """Coefficient of variation of prompt lengths (LLM prompts are heavy-tailed); with the
+    mean it gives E[L^2], which sets the attention cost per token."""
     mean_output_tokens: float = 200.0
     correction: float = 1.0
     min_correction: float = 0.5
@@ -61,16 +63,15 @@ class CapacityModel:
         """Track the length mix slowly (it changes the per-token cost)."""
         if mean_prompt is not None and mean_prompt > 0:
             self.mean_prompt_tokens += 0.05 * (mean_prompt - self.mean_prompt_tokens)
-            self.mean_sq_prompt_tokens = max(self.mean_sq_prompt_tokens,
-                                             self.mean_prompt_tokens ** 2)
         if mean_output is not None and mean_output > 0:
             self.mean_output_tokens += 0.05 * (mean_output - self.mean_output_tokens)
 
     def nominal_per_replica(self) -> float:
         """Demand units per second one replica carries at the SLO, before correction."""
         if self.role is Role.PREFILL:
+            mean_sq = self.mean_prompt_tokens ** 2 * (1 + self.prompt_cv ** 2)
             return self.profile.prefill_tokens_per_s(self.mean_prompt_tokens,
-                                                     self.mean_sq_prompt_tokens) * HEADROOM
+                                                     mean_sq) * HEADROOM
         ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
         batch = decode_batch_at_slo(self.profile, self.slo_s, ctx)
         return batch / (self.profile.decode_step_ms(batch, batch * ctx) / 1000)

@@ -44,6 +44,7 @@ class ColdStartTracker:
     default_s: float
     samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
     _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
+    _p90_cache: tuple[tuple[int, float], float] | None = None
 
     def asked(self, now_s: float, ready_target: int) -> None:
         self._pending.append((now_s, ready_target))
@@ -64,7 +65,10 @@ class ColdStartTracker:
     def p90_s(self) -> float:
         if len(self.samples) < 3:
             return self.default_s
-        return float(np.percentile(np.array(self.samples), 90))
+        key = (len(self.samples), self.samples[-1])
+        if self._p90_cache is None or self._p90_cache[0] != key:
+            self._p90_cache = (key, float(np.percentile(np.array(self.samples), 90)))
+        return self._p90_cache[1]
 
 
 @dataclass
@@ -86,7 +90,8 @@ class PdscalePolicy:
                  quantile: float = 0.9, stabilisation_s: float = 300.0,
                  max_step_down: int = 2, drain_s: float = 60.0,
                  refit_every_s: float = 900.0, resolution_s: float = 60.0,
-                 min_history_s: float = 3600.0, forecast: bool = True) -> None:
+                 min_history_s: float = 3600.0, forecast: bool = True,
+                 forecast_every_s: float = 120.0) -> None:
         self.tick_s = tick_s
         self.quantile = quantile
         self.stabilisation_s = stabilisation_s
@@ -95,6 +100,7 @@ class PdscalePolicy:
         self.resolution_s = resolution_s
         self.min_history_s = min_history_s
         self.refit_every_s = refit_every_s
+        self.forecast_every_s = forecast_every_s
         self.state: dict[PoolKey, PoolPolicyState] = {}
         for key, model in capacity.items():
             forecaster = None
@@ -107,7 +113,7 @@ class PdscalePolicy:
             self.state[key] = PoolPolicyState(model, ColdStartTracker(cold_start_s[key]),
                                               forecaster)
         self._bucket: dict[PoolKey, tuple[float, list[float]]] = {}
-        self._forecast_cache: dict[PoolKey, tuple[tuple[int, float, int], float]] = {}
+        self._forecast_cache: dict[PoolKey, tuple[tuple[int, int], float, float]] = {}
 
     # -- forecasting ------------------------------------------------------------------------
 
@@ -135,16 +141,18 @@ class PdscalePolicy:
             if fc.refit_due(now) or fc.fitted is None:
                 fc.refit(now)
             assert fc.fitted is not None
-            # The forecast only changes when a point arrives (once a resolution step).
-            cache_key = (id(fc.fitted), fc.fitted.t_last_, round(lead_s))
+            # A forecast is reused for forecast_every_s (new points arrive once a resolution
+            # step; the current demand still enters every tick through max(demand, forecast)).
+            cache_key = (id(fc.fitted), round(lead_s))
             cached = self._forecast_cache.get(key)
-            if cached is not None and cached[0] == cache_key:
+            if cached is not None and cached[0] == cache_key and \
+                    now - cached[2] < self.forecast_every_s:
                 value = cached[1]
             else:
                 horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
                                      self.resolution_s)
                 value = float(fc.forecast(horizons)[:, -1].max())
-                self._forecast_cache[key] = (cache_key, value)
+                self._forecast_cache[key] = (cache_key, value, now)
         except (SeriesError, ValueError) as exc:
             return None, f"forecast unavailable ({exc}); sizing on the current demand"
         return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"
