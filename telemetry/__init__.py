@@ -1,7 +1,5 @@
-"""Telemetry: the signal catalog (engine metrics as PromQL for each pool).
-
-The Prometheus reader and OpenTelemetry self-instrumentation join this package with the
-controller (shared/DESIGN.md).
+"""Telemetry: the signal catalog (engine metrics as PromQL for each pool) and the
+Prometheus reader. OpenTelemetry self-instrumentation joins it with the controller's API.
 """
 
 from telemetry._catalog import (
@@ -24,6 +22,13 @@ from telemetry._catalog import (
     slo_error_ratio_expr,
     slo_error_ratio_record,
 )
+from telemetry._reader import (
+    PrometheusAuth,
+    PrometheusQueryError,
+    PrometheusReader,
+    PrometheusUnavailable,
+    SignalValue,
+)
 
 __all__ = [
     "CONTROL_PLANE_METRICS",
@@ -32,8 +37,13 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "PrometheusAuth",
+    "PrometheusQueryError",
+    "PrometheusReader",
+    "PrometheusUnavailable",
     "Signal",
     "SignalDef",
+    "SignalValue",
     "UnknownSignal",
     "engine_signals",
     "le_matcher",

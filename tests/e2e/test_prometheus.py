@@ -153,3 +153,41 @@ def test_panels_show_data_for_the_examples(stack: Any) -> None:
     kv = next(e for t, _, e in panel_queries(doc.model) if t == "KV-cache usage")
     body = api(url, "/api/v1/query", {"query": _substitute(kv)})
     assert body["data"]["result"], "the decode dashboard's KV panel has no data"
+
+
+def test_reader_reads_every_pool_with_one_query_per_signal(stack: Any) -> None:
+    from telemetry import PrometheusReader, Signal
+
+    url, specs = stack
+    _wait_rules_evaluated(url)
+    reader = PrometheusReader(url, timeout_s=5)
+    signals = [Signal.QUEUE_DEPTH, Signal.KV_CACHE_USAGE_MAX_RATIO, Signal.TARGETS_UP,
+               Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO]
+    now = time.time()
+    for spec in specs:
+        before = reader.queries
+        values = reader.read(spec, signals, at_s=now)
+        assert reader.queries - before == len(signals)  # not a query per pool
+        for service in spec.services:
+            for role in Role:
+                pool = values[(service.name, role)]
+                assert pool[Signal.QUEUE_DEPTH].value is not None
+                assert 0 <= (pool[Signal.QUEUE_DEPTH].age_s or 0) < 30
+                if service.engine is not Engine.VLLM:  # vLLM-only signal: missing, not zero
+                    ext = pool[Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO]
+                    assert ext.value is None and ext.age_s is None
+
+
+def test_reader_history_in_chunks(stack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import telemetry._reader as reader_module
+    from telemetry import PrometheusReader, Signal
+
+    url, specs = stack
+    _wait_rules_evaluated(url)
+    monkeypatch.setattr(reader_module, "MAX_POINTS_PER_QUERY", 4)
+    reader = PrometheusReader(url)
+    now = time.time()
+    history = reader.history(specs[0], Signal.TARGETS, start_s=now - 12, end_s=now, step_s=1)
+    assert reader.queries >= 4  # 12 s in chunks of 3 steps
+    for times, values in history.values():
+        assert times == sorted(set(times)) and len(times) == len(values)

@@ -1,0 +1,228 @@
+"""Reading the catalog's signals for every pool from Prometheus (or a PromQL-compatible store).
+
+Design:
+
+* One instant query per signal covers every pool of the spec (the recorded series carry the
+  pool labels) and returns each series' sample time too: the number of queries per tick does
+  not depend on the number of pools.
+* Every call has a timeout and an explicit evaluation time; nothing reads the clock here.
+* A missing series is ``None`` (no data), never zero; a series older than ``stale_after_s`` is
+  reported with its age and its value withheld.
+* Authentication: a bearer token read from a file (re-read when the file changes, so secrets
+  rotate without a restart) or given directly, basic auth, a CA bundle, and extra headers
+  (for example a tenant id for Mimir).
+* Errors: :class:`PrometheusUnavailable` (retry later: connection, timeout, 5xx) and
+  :class:`PrometheusQueryError` (give up: the query or the credentials are wrong).
+* History: chunked range queries (Prometheus caps a series at 11,000 points a query) to warm
+  the forecasters at start-up, so a restarted controller is useful at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from pdscale.spec import Role, Spec
+from telemetry._catalog import Signal, recorded_name
+
+__all__ = ["PrometheusAuth", "PrometheusQueryError", "PrometheusReader",
+           "PrometheusUnavailable", "SignalValue"]
+
+PoolKey = tuple[str, Role]
+MAX_POINTS_PER_QUERY = 10_000
+_STAMP = "pdscale_sample_time"
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus could not answer (connection, timeout, 5xx). Retry on the next tick."""
+
+
+class PrometheusQueryError(Exception):
+    """Prometheus refused the query or the credentials (4xx). Retrying will not help."""
+
+
+@dataclass(frozen=True)
+class PrometheusAuth:
+    bearer_token_file: Path | None = None
+    bearer_token: str | None = None
+    basic_auth: tuple[str, str] | None = None
+    ca_bundle: Path | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SignalValue:
+    value: float | None
+    """None when the series is missing or stale."""
+    age_s: float | None
+    """Seconds since the newest sample behind it; None when missing."""
+
+
+ClientFactory = Callable[[str, dict[str, str], tuple[str, str] | None, requests.Session,
+                          float], Any]
+
+
+def _default_client(url: str, headers: dict[str, str], auth: tuple[str, str] | None,
+                    session: requests.Session, timeout_s: float) -> Any:
+    # Imported here: the client pulls in pandas, which nothing else at import time needs.
+    from prometheus_api_client import PrometheusConnect
+
+    return PrometheusConnect(url=url, headers=headers, auth=auth, session=session,
+                             timeout=timeout_s)
+
+
+class PrometheusReader:
+    def __init__(self, url: str, *, auth: PrometheusAuth | None = None, timeout_s: float = 5.0,
+                 stale_after_s: float = 120.0,
+                 client_factory: ClientFactory = _default_client) -> None:
+        self.url = url.rstrip("/")
+        self.auth = auth or PrometheusAuth()
+        self.timeout_s = timeout_s
+        self.stale_after_s = stale_after_s
+        self._factory = client_factory
+        self._client: Any = None
+        self._token_mtime: float | None = None
+        self.queries = 0
+
+    # -- connection -----------------------------------------------------------------------
+
+    def _token(self) -> str | None:
+        path = self.auth.bearer_token_file
+        if path is None:
+            return self.auth.bearer_token
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise PrometheusQueryError(f"cannot read the bearer token file {path}: "
+                                       f"{exc.strerror}; check the mounted secret") from exc
+
+    def client(self) -> Any:
+        """The API client, rebuilt when the token file changed (rotation without restart)."""
+        mtime = None
+        if self.auth.bearer_token_file is not None:
+            try:
+                mtime = self.auth.bearer_token_file.stat().st_mtime
+            except OSError:
+                mtime = None
+        if self._client is None or mtime != self._token_mtime:
+            headers = dict(self.auth.headers)
+            token = self._token()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            session = requests.Session()
+            if self.auth.ca_bundle is not None:
+                session.verify = str(self.auth.ca_bundle)
+            self._client = self._factory(self.url, headers, self.auth.basic_auth, session,
+                                         self.timeout_s)
+            self._token_mtime = mtime
+        return self._client
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        self.queries += 1
+        try:
+            return fn()
+        except PrometheusApiClientException as exc:
+            text = str(exc)
+            if any(f"Status Code {code}" in text for code in range(500, 600)):
+                raise PrometheusUnavailable(f"{self.url}: {text}") from exc
+            raise PrometheusQueryError(f"{self.url}: {text}") from exc
+        except requests.exceptions.RetryError as exc:
+            raise PrometheusUnavailable(f"{self.url} kept failing: {exc}") from exc
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise PrometheusUnavailable(f"{self.url} did not answer within "
+                                        f"{self.timeout_s:g}s: {exc}") from exc
+
+    # -- instant reads --------------------------------------------------------------------
+
+    @staticmethod
+    def _pool_matcher(spec: Spec) -> str:
+        names = "|".join(s.name for s in spec.services)
+        return f'pdscale_service=~"{names}"'
+
+    def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
+             ) -> dict[PoolKey, dict[Signal, SignalValue]]:
+        """The signals of every pool at time ``at_s``: one query per signal."""
+        matcher = self._pool_matcher(spec)
+        out: dict[PoolKey, dict[Signal, SignalValue]] = {
+            (s.name, role): {} for s in spec.services for role in Role}
+        params = {"time": f"{at_s:.3f}"}
+        client = self.client()
+        for sig in signals:
+            name = recorded_name(sig)
+            series = f"{name}{{{matcher}}}"
+            # One query gives each series' value and, tagged, the time of its newest sample.
+            query = (f'{series} or label_replace(timestamp({series}), "{_STAMP}", "1", "", "")')
+
+            def instant(query: str = query) -> Any:
+                return client.custom_query(query, params=params)
+
+            values: dict[PoolKey, float] = {}
+            stamps: dict[PoolKey, float] = {}
+            for row in self._call(instant):
+                m = row["metric"]
+                try:
+                    pool = (m["pdscale_service"], Role(m["pdscale_pool"]))
+                except (KeyError, ValueError):
+                    continue
+                (stamps if _STAMP in m else values)[pool] = float(row["value"][1])
+            for pool, value in values.items():
+                if pool not in out:
+                    continue
+                age = at_s - stamps[pool] if pool in stamps else None
+                fresh = age is not None and age <= self.stale_after_s and math.isfinite(value)
+                out[pool][sig] = SignalValue(value if fresh else None, age)
+        for pool_signals in out.values():
+            for sig in signals:
+                pool_signals.setdefault(sig, SignalValue(None, None))
+        return out
+
+    # -- history ----------------------------------------------------------------------------
+
+    def history(self, spec: Spec, signal: Signal, *, start_s: float, end_s: float,
+                step_s: float) -> dict[PoolKey, tuple[list[float], list[float]]]:
+        """A signal's history for every pool, fetched in chunks of at most 10,000 points."""
+        if step_s <= 0 or end_s <= start_s:
+            raise PrometheusQueryError("history needs step_s > 0 and end_s > start_s")
+        name = recorded_name(signal)
+        query = f"{name}{{{self._pool_matcher(spec)}}}"
+        out: dict[PoolKey, tuple[list[float], list[float]]] = {}
+        client = self.client()
+        for lo, hi in _chunks(start_s, end_s, step_s):
+
+            def ranged(lo: float = lo, hi: float = hi) -> Any:
+                return client.custom_query_range(
+                    query, start_time=datetime.fromtimestamp(lo, UTC),
+                    end_time=datetime.fromtimestamp(hi, UTC), step=f"{step_s:g}s")
+
+            rows = self._call(ranged)
+            for row in rows:
+                m = row["metric"]
+                try:
+                    pool = (m["pdscale_service"], Role(m["pdscale_pool"]))
+                except (KeyError, ValueError):
+                    continue
+                times, values = out.setdefault(pool, ([], []))
+                for ts, raw in row["values"]:
+                    t = float(ts)
+                    if times and t <= times[-1]:
+                        continue  # chunk boundaries overlap by one step
+                    times.append(t)
+                    values.append(float(raw))
+        return out
+
+
+def _chunks(start_s: float, end_s: float, step_s: float) -> Iterable[tuple[float, float]]:
+    span = step_s * (MAX_POINTS_PER_QUERY - 1)
+    lo = start_s
+    while lo < end_s:
+        hi = min(end_s, lo + span)
+        yield lo, hi
+        lo = hi

@@ -1,0 +1,104 @@
+"""The reader's connection handling against a loopback HTTP server that records requests."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from pdscale.spec import load_spec
+from telemetry import (
+    PrometheusAuth,
+    PrometheusQueryError,
+    PrometheusReader,
+    PrometheusUnavailable,
+    Signal,
+)
+from tests.conftest import ROOT, free_port
+
+SPEC = load_spec(ROOT / "examples" / "vllm.yaml")
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    status = 200
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(dict(self.headers))
+        body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                         "result": []}}).encode()
+        if self.status != 200:
+            body = json.dumps({"status": "error", "error": "nope"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, type[_Recorder]]]:
+    handler = type("Recorder", (_Recorder,), {"seen": [], "status": 200})
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_bearer_token_file_is_reread_when_it_changes(
+        server: tuple[str, type[_Recorder]], tmp_path: Path) -> None:
+    url, handler = server
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    reader = PrometheusReader(url, auth=PrometheusAuth(
+        bearer_token_file=token, headers={"X-Scope-OrgID": "team-a"}), timeout_s=2)
+    values = reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+    assert all(v[Signal.QUEUE_DEPTH].value is None for v in values.values())  # no data
+    assert handler.seen[-1]["Authorization"] == "Bearer first"
+    assert handler.seen[-1]["X-Scope-OrgID"] == "team-a"
+    token.write_text("second\n")
+    os.utime(token, (time.time() + 5, time.time() + 5))
+    reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+    assert handler.seen[-1]["Authorization"] == "Bearer second"
+
+
+def test_basic_auth(server: tuple[str, type[_Recorder]]) -> None:
+    url, handler = server
+    reader = PrometheusReader(url, auth=PrometheusAuth(basic_auth=("u", "p")), timeout_s=2)
+    reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+    assert handler.seen[-1]["Authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
+
+
+def test_errors_split_by_what_to_do(server: tuple[str, type[_Recorder]]) -> None:
+    url, handler = server
+    handler.status = 503
+    with pytest.raises(PrometheusUnavailable):
+        PrometheusReader(url, timeout_s=2).read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+    handler.status = 400
+    with pytest.raises(PrometheusQueryError):
+        PrometheusReader(url, timeout_s=2).read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+    with pytest.raises(PrometheusUnavailable, match="did not answer"):
+        PrometheusReader(f"http://127.0.0.1:{free_port()}", timeout_s=1).read(
+            SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+
+
+def test_unreadable_token_file_is_a_clear_error(tmp_path: Path) -> None:
+    reader = PrometheusReader("http://127.0.0.1:9", auth=PrometheusAuth(
+        bearer_token_file=tmp_path / "missing"))
+    with pytest.raises(PrometheusQueryError, match="bearer token file"):
+        reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=0)
