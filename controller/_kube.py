@@ -1,0 +1,187 @@
+"""Kubernetes actuator: set a pool's replicas through the target's ``/scale`` subresource.
+
+The only module that imports the ``kubernetes`` client (shared layering rule). Deployments and
+StatefulSets go through ``AppsV1Api``; any other kind with a scale subresource
+(LeaderWorkerSet, Dynamo's graph deployments, ...) through ``CustomObjectsApi``. A write
+carries the ``resourceVersion`` it read, so a concurrent change answers 409 and the actuator
+re-reads and retries (bounded). Every change is recorded as a Kubernetes Event on the target,
+with the decision's reasons. Errors are split by what the caller should do:
+:class:`KubeUnavailable` (429 with its Retry-After, 5xx, connection: retry later) and
+:class:`KubeRejected` (404 missing target, 403 RBAC, 422 invalid: fix the spec or the RBAC).
+``dry_run`` decides and records but never writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from controller._interface import PoolKey
+from pdscale.spec import ScaleTarget
+
+__all__ = ["KubeRejected", "KubeScaleActuator", "KubeUnavailable", "ScaleRef"]
+
+
+class KubeUnavailable(Exception):
+    """The API server cannot take the call now; retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class KubeRejected(Exception):
+    """The API server refused the call for good (missing object, RBAC, invalid)."""
+
+
+@dataclass(frozen=True)
+class ScaleRef:
+    namespace: str
+    target: ScaleTarget
+
+    @property
+    def group_version(self) -> tuple[str, str]:
+        if "/" in self.target.api_version:
+            group, version = self.target.api_version.split("/", 1)
+            return group, version
+        return "", self.target.api_version
+
+    @property
+    def plural(self) -> str:
+        kind = self.target.kind.lower()
+        return kind + ("es" if kind.endswith("s") else "s")
+
+    def describe(self) -> str:
+        return f"{self.target.kind} {self.namespace}/{self.target.name}"
+
+
+@dataclass
+class KubeScaleActuator:
+    """Implements controller.Actuator over the Kubernetes API."""
+
+    api: k8s.ApiClient
+    targets: Mapping[PoolKey, ScaleRef]
+    dry_run: bool = False
+    max_conflict_retries: int = 5
+    component: str = "pdscale"
+    writes: list[tuple[PoolKey, int]] = field(default_factory=list)
+    events: int = 0
+
+    def _apps(self) -> k8s.AppsV1Api:
+        return k8s.AppsV1Api(self.api)
+
+    def _custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api)
+
+    def _translate(self, ref: ScaleRef, verb: str, exc: ApiException) -> Exception:
+        what = ref.describe()
+        status = int(exc.status or 0)
+        if status == 404:
+            return KubeRejected(f"{what} was not found: check pools.*.target in the spec and "
+                                "that the object exists")
+        if status == 403:
+            return KubeRejected(f"RBAC forbids {verb} on {ref.plural}/scale in namespace "
+                                f"{ref.namespace}: grant the controller's ServiceAccount get, "
+                                "update and patch on that scale subresource")
+        if status == 429 or status >= 500 or status == 0:
+            retry = None
+            header = (exc.headers or {}).get("Retry-After")
+            if header is not None:
+                with contextlib.suppress(TypeError, ValueError):
+                    retry = float(header)
+            return KubeUnavailable(f"{verb} {what}: API server answered {status or 'nothing'}",
+                                   retry)
+        return KubeRejected(f"{verb} {what}: API server answered {status}: {exc.reason}")
+
+    def read_scale(self, key: PoolKey) -> tuple[int, int, str]:
+        """(spec.replicas, status.replicas, resourceVersion) of the pool's target."""
+        ref = self.targets[key]
+        try:
+            scale = self._read(ref)
+        except ApiException as exc:
+            raise self._translate(ref, "get", exc) from exc
+        spec = _get(scale, "spec") or {}
+        status = _get(scale, "status") or {}
+        meta = _get(scale, "metadata") or {}
+        return (int(_get(spec, "replicas") or 0), int(_get(status, "replicas") or 0),
+                str(_get(meta, "resource_version") or _get(meta, "resourceVersion") or ""))
+
+    def _read(self, ref: ScaleRef) -> Any:
+        kind = ref.target.kind
+        if ref.target.api_version == "apps/v1" and kind == "Deployment":
+            return self._apps().read_namespaced_deployment_scale(ref.target.name, ref.namespace)
+        if ref.target.api_version == "apps/v1" and kind == "StatefulSet":
+            return self._apps().read_namespaced_stateful_set_scale(ref.target.name,
+                                                                   ref.namespace)
+        group, version = ref.group_version
+        return self._custom().get_namespaced_custom_object_scale(
+            group, version, ref.namespace, ref.plural, ref.target.name)
+
+    def _write(self, ref: ScaleRef, replicas: int, resource_version: str) -> None:
+        body: Any = {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": ref.target.name, "namespace": ref.namespace,
+                             "resourceVersion": resource_version},
+                "spec": {"replicas": replicas}}
+        kind = ref.target.kind
+        if ref.target.api_version == "apps/v1" and kind == "Deployment":
+            self._apps().replace_namespaced_deployment_scale(ref.target.name, ref.namespace,
+                                                             body)
+        elif ref.target.api_version == "apps/v1" and kind == "StatefulSet":
+            self._apps().replace_namespaced_stateful_set_scale(ref.target.name, ref.namespace,
+                                                               body)
+        else:
+            group, version = ref.group_version
+            self._custom().replace_namespaced_custom_object_scale(
+                group, version, ref.namespace, ref.plural, ref.target.name, body)
+
+    def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
+        ref = self.targets[key]
+        for _attempt in range(self.max_conflict_retries + 1):
+            current, _, version = self.read_scale(key)
+            if current == replicas:
+                return
+            if self.dry_run:
+                self.writes.append((key, replicas))
+                return
+            try:
+                self._write(ref, replicas, version)
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # someone else changed it: read again and retry
+                raise self._translate(ref, "update", exc) from exc
+            self.writes.append((key, replicas))
+            self._event(ref, current, replicas, reasons)
+            return
+        raise KubeUnavailable(f"update {ref.describe()}: still conflicting after "
+                              f"{self.max_conflict_retries} retries")
+
+    def _event(self, ref: ScaleRef, before: int, after: int, reasons: Sequence[str]) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        message = f"pdscale scaled {ref.target.name} from {before} to {after}: " + \
+            "; ".join(reasons)
+        event = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{ref.target.name}.pdscale-",
+                                      namespace=ref.namespace),
+            involved_object=k8s.V1ObjectReference(api_version=ref.target.api_version,
+                                                  kind=ref.target.kind, name=ref.target.name,
+                                                  namespace=ref.namespace),
+            reason="PdscaleScaled", message=message[:1024], type="Normal",
+            source=k8s.V1EventSource(component=self.component), first_timestamp=now,
+            last_timestamp=now, count=1)
+        try:
+            k8s.CoreV1Api(self.api).create_namespaced_event(ref.namespace, event)
+            self.events += 1
+        except ApiException:
+            pass  # an event is a record, not a reason to fail the scale that happened
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
