@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from controller import Observation, PoolDecision, PoolKey
+from controller import Observation, PoolDecision, PoolKey, decode_batch_at_slo
+from controller._capacity import HEADROOM
 from controller._profiles import InstanceProfile
 from pdscale.spec import Role
 from simulator._trace import Trace
@@ -41,20 +42,8 @@ __all__ = [
     "size_for_peak",
 ]
 
-TARGET_UTILISATION = 0.8
+TARGET_UTILISATION = HEADROOM
 """Share of a replica's saturated capacity the capacity model plans to use."""
-
-
-def decode_batch_at_slo(profile: InstanceProfile, itl_slo_s: float, ctx_tokens: float) -> int:
-    """Largest decode batch whose step time stays under 80 % of the ITL SLO and whose KV fits."""
-    budget_ms = itl_slo_s * 1000 * TARGET_UTILISATION
-    best = 1
-    for b in range(1, profile.max_batch + 1):
-        if profile.decode_step_ms(b, b * ctx_tokens) > budget_ms or \
-                b * ctx_tokens > profile.kv_capacity_tokens * 0.95:
-            break
-        best = b
-    return best
 
 
 @dataclass(frozen=True)
