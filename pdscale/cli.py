@@ -59,7 +59,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _generate(spec: Spec, what: str, source: str) -> dict[str, dict[str, str]]:
+def _generate(spec: Spec, what: str, source: str, *,
+              prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+              ) -> dict[str, dict[str, str]]:
     """Rendered output per subfolder, all in memory before anything is written."""
     out: dict[str, dict[str, str]] = {}
     if what in ("alerts", "all"):
@@ -70,6 +72,16 @@ def _generate(spec: Spec, what: str, source: str) -> dict[str, dict[str, str]]:
         from dashboards import dashboard_files
 
         out["dashboards"] = dashboard_files(spec)
+    if what == "recommend":
+        from alerts import dump_yaml
+        from controller._recommend import hpa_manifests, keda_manifests
+
+        files: dict[str, str] = {}
+        for kind, objs in (("keda", keda_manifests(spec, prometheus_url=prometheus_url)),
+                           ("hpa", hpa_manifests(spec))):
+            for obj in objs:
+                files[f"{kind}/{obj['metadata']['name']}.yaml"] = dump_yaml(obj)
+        out["recommend"] = files
     return out
 
 
@@ -85,7 +97,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from alerts import ScenarioError
 
     try:
-        rendered = _generate(spec, args.what, source)
+        rendered = _generate(spec, args.what, source, prometheus_url=args.prometheus_url)
     except ScenarioError as exc:
         _err(f"cannot generate promtool tests: {exc}. Nothing was written.")
         return EXIT_BAD_INPUT
@@ -485,9 +497,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dashboards and ConfigMaps (dashboards), or both (all). The "
                                    "output folder is replaced as a whole, atomically; it must "
                                    "be new, empty, or an earlier pdscale output.")
-    p.add_argument("what", choices=["alerts", "dashboards", "all"])
+    p.add_argument("what", choices=["alerts", "dashboards", "all", "recommend"],
+                   help="recommend: KEDA ScaledObjects and HPAs that follow pdscale's "
+                        "pdscale_desired_replicas, for teams that keep their autoscaler")
     p.add_argument("spec", help="path to the spec YAML")
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--prometheus-url", default="http://prometheus-operated.monitoring.svc:9090",
+                   help="recommend: the Prometheus KEDA queries")
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("signals", help="list the signals each engine provides",

@@ -130,3 +130,14 @@ def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for word in ("validate", "generate", "signals", "query", "exit codes"):
         assert word in out
+
+
+def test_generate_recommend(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    assert main(["generate", "recommend", VLLM, "--out", str(out),
+                 "--prometheus-url", "http://prom:9090"]) == 0
+    keda = sorted(p.name for p in (out / "keda").iterdir())
+    assert keda == sorted(f"{n}-pdscale.yaml" for n in (
+        "llama-chat-prefill", "llama-chat-decode", "llama-batch-p", "llama-batch-d"))
+    assert "http://prom:9090" in (out / "keda" / keda[0]).read_text()
+    assert len(list((out / "hpa").iterdir())) == 4
