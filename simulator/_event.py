@@ -246,7 +246,6 @@ class EventSimulator:
             else:
                 r.state = _State.DRAINING
                 self._maybe_gone(r)
-        # Draining replicas of the least load go first: sort handled by _pick_drain order.
 
     def _maybe_gone(self, r: _Replica) -> None:
         if r.state is not _State.DRAINING:
@@ -550,10 +549,8 @@ class EventSimulator:
         room = (cap - r.kv()) // b if b else 1 << 30
         return int(max(0, min(k, room)))
 
-    def _advance(self, r: _DecodeReplica, t: float) -> int:
-        """Run the batch up to the first step boundary at or after ``t``; returns the number
-        of requests that finished."""
-        finished = 0
+    def _advance(self, r: _DecodeReplica, t: float) -> None:
+        """Run the batch up to the first step boundary at or after ``t``."""
         if r.stall_s > 0 and r.members:
             r.t_last += r.stall_s
             r.busy_s += r.stall_s
@@ -568,12 +565,11 @@ class EventSimulator:
             else:
                 n = self._max_steps_within(r, (t - r.t_last) * 1000.0)
                 self._run_steps(r, min(k, n + 1))
-            finished += self._collect_finished(r)
+            self._collect_finished(r)
         if not r.members:
             r.t_last = max(r.t_last, t)
-        return finished
 
-    def _collect_finished(self, r: _DecodeReplica) -> int:
+    def _collect_finished(self, r: _DecodeReplica) -> None:
         done = 0
         while r.finish_heap and r.finish_heap[0][0] <= r.steps:
             _, req, joined = heapq.heappop(r.finish_heap)
@@ -584,7 +580,6 @@ class EventSimulator:
             self.finish[req] = r.t_last
             done += 1
         self.finished += done
-        return done
 
     def _generated_before(self, req: int) -> int:
         return self._progress.get(req, 0)
@@ -636,14 +631,13 @@ class EventSimulator:
         t = r.t_last + r.stall_s + (self._step_sum_ms(r, k) / 1000.0 if k > 0 else 0.0)
         self._push(max(t, self.now), _Ev.DECODE, r.id, r.version)
 
-    def _decode_event(self, r: _Replica) -> int:
+    def _decode_event(self, r: _Replica) -> None:
         assert isinstance(r, _DecodeReplica)
-        finished = self._advance(r, self.now)
+        self._advance(r, self.now)
         if r.members and self._steps_to_next_change(r) == 0:
             self._preempt(r)
         self._admit(r)
         self._schedule(r)
-        return finished
 
     def _pick_decode(self) -> _DecodeReplica | None:
         ready = [r for r in self.decode if r.state is _State.READY]

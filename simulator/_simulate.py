@@ -133,7 +133,7 @@ def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int
                     failures=options.failures)
 
 
-def _resolve_mode(options: SimOptions, path_fmt: str | None, trace: Trace | None) -> str:
+def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
     if options.mode != "auto":
         return options.mode
     if trace is None:
@@ -177,7 +177,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         trace = trace.scaled(options.scale, seed=options.seed)
         if len(trace) == 0:
             raise TraceError("the trace has no requests after --scale and the time window")
-    mode = _resolve_mode(options, fmt, trace)
+    mode = _resolve_mode(options, trace)
     if mode == "fluid" and load is None:
         assert trace is not None
         load = fluid_load_from_trace(trace, prefix_hit=options.prefix_hit or 0.0)
