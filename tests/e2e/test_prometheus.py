@@ -77,6 +77,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
             yield url, specs
 
 
+def _all_pools(url: str) -> bool:
+    """Every pool of every example has its recorded queue depth (all targets scraped and a
+    rule evaluation since), not just some of them."""
+    pools = sum(len(s.pools) for p in EXAMPLES for s in load_spec(p).services)
+    rows = api(url, "/api/v1/query",
+               {"query": "count(pdscale_pool:requests_waiting:sum)"})["data"]["result"]
+    return bool(rows) and int(float(rows[0]["value"][1])) == pools
+
+
 def _wait_rules_evaluated(url: str, timeout_s: float = 40.0) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -85,7 +94,7 @@ def _wait_rules_evaluated(url: str, timeout_s: float = 40.0) -> list[dict[str, A
         series = api(url, "/api/v1/query",
                      {"query": "count(pdscale_pool:requests:rate5m)"})["data"]["result"]
         if rules and all(r.get("lastEvaluation", "").startswith("20") for r in rules) \
-                and series:
+                and series and _all_pools(url):
             return rules
         if time.monotonic() > deadline:
             raise TimeoutError("rules were not evaluated in time")
