@@ -88,7 +88,9 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
             "repeat_interval": "4h",
             "routes": [{
                 "receiver": hook.receiver,
-                "matchers": ['severity="critical"', f'pdscale_service=~"{services}"'],
+                # Warnings too: the controller records and shows them, and acts on critical
+                # ones only (spec reactions).
+                "matchers": ['severity=~"critical|warning"', f'pdscale_service=~"{services}"'],
                 "group_wait": "0s",
                 "group_interval": "30s",
                 "repeat_interval": "5m",
@@ -97,11 +99,7 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
         },
         "receivers": [
             {"name": "default"},
-            {"name": hook.receiver, "webhook_configs": [{
-                "url": hook.url,
-                "send_resolved": hook.send_resolved,
-                "max_alerts": 0,
-            }]},
+            {"name": hook.receiver, "webhook_configs": [_webhook_config(spec)]},
         ],
         "inhibit_rules": [{
             "source_matchers": ['severity="critical"'],
@@ -109,6 +107,16 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
             "equal": ["namespace", "alertname", "pdscale_service", "pdscale_pool"],
         }],
     }
+
+
+def _webhook_config(spec: Spec) -> dict[str, Any]:
+    hook = spec.alerts.webhook
+    out: dict[str, Any] = {"url": hook.url, "send_resolved": hook.send_resolved,
+                           "max_alerts": 0}
+    if hook.credentials_file is not None:
+        out["http_config"] = {"authorization": {"type": "Bearer",
+                                                "credentials_file": hook.credentials_file}}
+    return out
 
 
 def _dump_test_file(test: dict[str, Any]) -> str:

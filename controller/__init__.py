@@ -1,14 +1,18 @@
-"""The controller: capacity model, decision policy, reconcile loop, actuators, HTTP API.
+"""The controller: capacity model, decision policy, cross-pool constraints, reconcile loop,
+actuators, leader election, alert reactions and the HTTP API.
 
-So far: the interface every policy and actuator speaks (the simulator drives it), the instance
-profiles and the capacity model, and pdscale's forecast-driven policy. The Prometheus reader,
-the reconcile loop, the Kubernetes actuators, leader election and the HTTP API are still to
-come.
+Importing this package stays light (no Kubernetes client, no web framework): the simulator
+uses the policy and its constraints. The in-cluster pieces live in ``controller._runtime``
+(the :class:`Controller` that ``pdscale run`` builds), ``controller._api`` (FastAPI app),
+``controller._reconciler``, ``controller._kube``, ``controller._leader`` and
+``controller._webhook``.
 """
 
 from controller._capacity import CapacityModel, decode_batch_at_slo
+from controller._constraints import ConstrainedPolicy, Constraints, apply_constraints
 from controller._interface import (
     Actuator,
+    Detail,
     Observation,
     Policy,
     PoolDecision,
@@ -16,10 +20,11 @@ from controller._interface import (
     PoolObservation,
     PoolReplicas,
 )
-from controller._policy import ColdStartTracker, PdscalePolicy
+from controller._policy import ColdStartTracker, PdscalePolicy, build_policy
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 
-__all__ = ["Actuator", "CapacityModel", "ColdStartTracker", "InstanceProfile", "Observation",
-           "PdscalePolicy", "Policy", "PoolDecision", "PoolKey", "PoolObservation",
-           "PoolReplicas", "ProfileError", "builtin_profiles", "decode_batch_at_slo",
+__all__ = ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy", "Constraints",
+           "Detail", "InstanceProfile", "Observation", "PdscalePolicy", "Policy",
+           "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError",
+           "apply_constraints", "build_policy", "builtin_profiles", "decode_batch_at_slo",
            "load_profile"]

@@ -17,6 +17,7 @@ from pdscale.spec import Role
 
 __all__ = [
     "Actuator",
+    "Detail",
     "Observation",
     "Policy",
     "PoolDecision",
@@ -61,10 +62,20 @@ class Observation:
     pools: Mapping[PoolKey, PoolObservation]
 
 
+Detail = Mapping[str, float | str | None]
+
+
 @dataclass(frozen=True)
 class PoolDecision:
     desired_replicas: int
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    """Why, in words (Kubernetes Events, logs)."""
+    cause: str = "steady"
+    """Why, as one machine-readable word: forecast, reactive, scale_down, steady, degraded,
+    bound, budget, ratio, reaction (the ``reason`` label of pdscale_decisions_total)."""
+    detail: Detail = field(default_factory=dict)
+    """Why, machine-readable: the signal and its value, the forecast and its quantile, capacity
+    per replica, lead, the bound or budget that applied."""
 
 
 class Policy(Protocol):

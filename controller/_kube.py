@@ -25,7 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from controller._interface import PoolKey
 from pdscale.spec import ScaleTarget
 
-__all__ = ["KubeRejected", "KubeScaleActuator", "KubeUnavailable", "ScaleRef"]
+__all__ = ["KubePodLabeler", "KubeRejected", "KubeScaleActuator", "KubeUnavailable", "ScaleRef",
+           "ScaleStatus"]
 
 
 class KubeUnavailable(Exception):
@@ -59,6 +60,17 @@ class ScaleRef:
 
     def describe(self) -> str:
         return f"{self.target.kind} {self.namespace}/{self.target.name}"
+
+
+@dataclass(frozen=True)
+class ScaleStatus:
+    desired: int
+    """spec.replicas"""
+    replicas: int
+    """status.replicas: pods that exist, ready or not."""
+    ready: int
+    """status.readyReplicas (Deployment, StatefulSet, and custom resources that report it;
+    otherwise status.replicas of the scale subresource)."""
 
 
 @dataclass
@@ -112,6 +124,32 @@ class KubeScaleActuator:
         return (int(_get(spec, "replicas") or 0), int(_get(status, "replicas") or 0),
                 str(_get(meta, "resource_version") or _get(meta, "resourceVersion") or ""))
 
+    def read_status(self, key: PoolKey) -> ScaleStatus:
+        """Desired, existing and ready replicas of the pool's target (one GET)."""
+        ref = self.targets[key]
+        kind = ref.target.kind
+        try:
+            if ref.target.api_version == "apps/v1" and kind in ("Deployment", "StatefulSet"):
+                read = (self._apps().read_namespaced_deployment if kind == "Deployment"
+                        else self._apps().read_namespaced_stateful_set)
+                workload: Any = read(ref.target.name, ref.namespace)
+                spec, status = workload.spec, workload.status
+                desired = int(spec.replicas if spec.replicas is not None else 1)
+                replicas = int((status and status.replicas) or 0)
+                return ScaleStatus(desired, replicas, int((status and status.ready_replicas) or 0))
+            group, version = ref.group_version
+            scale = self._custom().get_namespaced_custom_object_scale(
+                group, version, ref.namespace, ref.plural, ref.target.name)
+            obj = self._custom().get_namespaced_custom_object(
+                group, version, ref.namespace, ref.plural, ref.target.name)
+        except ApiException as exc:
+            raise self._translate(ref, "get", exc) from exc
+        desired = int(_get(_get(scale, "spec") or {}, "replicas") or 0)
+        replicas = int(_get(_get(scale, "status") or {}, "replicas") or 0)
+        obj_status = _get(obj, "status") or {}
+        ready = _get(obj_status, "readyReplicas")
+        return ScaleStatus(desired, replicas, int(ready if ready is not None else replicas))
+
     def _read(self, ref: ScaleRef) -> Any:
         kind = ref.target.kind
         if ref.target.api_version == "apps/v1" and kind == "Deployment":
@@ -162,23 +200,55 @@ class KubeScaleActuator:
                               f"{self.max_conflict_retries} retries")
 
     def _event(self, ref: ScaleRef, before: int, after: int, reasons: Sequence[str]) -> None:
-        now = datetime.datetime.now(datetime.UTC)
         message = f"pdscale scaled {ref.target.name} from {before} to {after}: " + \
             "; ".join(reasons)
+        self._post_event(ref, "PdscaleScaled", message)
+
+    def event(self, key: PoolKey, reason: str, message: str) -> None:
+        """Record a Kubernetes Event on the pool's target (alert reactions use this)."""
+        self._post_event(self.targets[key], reason, message)
+
+    def _post_event(self, ref: ScaleRef, reason: str, message: str) -> None:
+        now = datetime.datetime.now(datetime.UTC)
         event = k8s.CoreV1Event(
             metadata=k8s.V1ObjectMeta(generate_name=f"{ref.target.name}.pdscale-",
                                       namespace=ref.namespace),
             involved_object=k8s.V1ObjectReference(api_version=ref.target.api_version,
                                                   kind=ref.target.kind, name=ref.target.name,
                                                   namespace=ref.namespace),
-            reason="PdscaleScaled", message=message[:1024], type="Normal",
+            reason=reason, message=message[:1024], type="Normal",
             source=k8s.V1EventSource(component=self.component), first_timestamp=now,
             last_timestamp=now, count=1)
+        if self.dry_run:
+            return
         try:
             k8s.CoreV1Api(self.api).create_namespaced_event(ref.namespace, event)
             self.events += 1
         except ApiException:
             pass  # an event is a record, not a reason to fail the scale that happened
+
+
+@dataclass
+class KubePodLabeler:
+    """Sets one label on a pod (drain_instance: take it out of its Service's selector)."""
+
+    api: k8s.ApiClient
+
+    def label_pod(self, namespace: str, pod: str, label: str, value: str) -> None:
+        body = {"metadata": {"labels": {label: value}}}
+        try:
+            k8s.CoreV1Api(self.api).patch_namespaced_pod(pod, namespace, body)
+        except ApiException as exc:
+            status = int(exc.status or 0)
+            if status == 404:
+                raise KubeRejected(f"pod {namespace}/{pod} was not found (already gone?)"
+                                   ) from exc
+            if status == 403:
+                raise KubeRejected(f"RBAC forbids patching pods in {namespace}: grant the "
+                                   "controller's ServiceAccount patch on pods (only needed for "
+                                   "drain_instance reactions)") from exc
+            raise KubeUnavailable(f"patch pod {namespace}/{pod}: API server answered "
+                                  f"{status or 'nothing'}") from exc
 
 
 def _get(obj: Any, name: str) -> Any:

@@ -19,6 +19,7 @@ time comes from the observation; the forecasters are fitted on the schedule the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -28,10 +29,11 @@ import numpy as np
 
 from controller._capacity import CapacityModel
 from controller._interface import Observation, PoolDecision, PoolKey, PoolObservation
+from controller._profiles import load_profile
 from forecasting import OnlineForecaster, QuantileGBForecaster, SeriesError
-from pdscale.spec import Role
+from pdscale.spec import Role, Spec
 
-__all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState"]
+__all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_policy"]
 
 DEMAND_SIGNAL = {Role.PREFILL: "prompt_tokens_per_s", Role.DECODE: "generation_tokens_per_s"}
 LATENCY_SIGNAL = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
@@ -91,7 +93,7 @@ class PdscalePolicy:
                  max_step_down: int = 2, drain_s: float = 60.0,
                  refit_every_s: float = 900.0, resolution_s: float = 60.0,
                  min_history_s: float = 3600.0, forecast: bool = True,
-                 forecast_every_s: float = 120.0) -> None:
+                 forecast_every_s: float = 120.0, refit_inline: bool = True) -> None:
         self.tick_s = tick_s
         self.quantile = quantile
         self.stabilisation_s = stabilisation_s
@@ -101,6 +103,8 @@ class PdscalePolicy:
         self.min_history_s = min_history_s
         self.refit_every_s = refit_every_s
         self.forecast_every_s = forecast_every_s
+        self.refit_inline = refit_inline
+        self.last_forecast: dict[PoolKey, dict[str, object]] = {}
         self.state: dict[PoolKey, PoolPolicyState] = {}
         for key, model in capacity.items():
             forecaster = None
@@ -129,18 +133,48 @@ class PdscalePolicy:
             values.append(demand)
             self._bucket[key] = (step, values)
             return
-        st.forecaster.observe(current[0], float(np.mean(current[1])))
+        with contextlib.suppress(SeriesError):  # at or before warmed-up history: skip
+            st.forecaster.observe(current[0], float(np.mean(current[1])))
         self._bucket[key] = (step, [demand])
+
+    def warm(self, key: PoolKey, times_s: list[float], values: list[float]) -> int:
+        """Feed a pool's demand history (from Prometheus at start-up); returns points taken."""
+        st = self.state.get(key)
+        if st is None or st.forecaster is None:
+            return 0
+        taken = 0
+        for t, v in zip(times_s, values, strict=True):
+            if math.isfinite(v):
+                with contextlib.suppress(SeriesError):
+                    st.forecaster.observe(t, v)
+                    taken += 1
+        return taken
+
+    def pending_refits(self, now: float) -> list[PoolKey]:
+        """Pools whose forecaster is due a refit and has enough history (for a caller that
+        refits off its tick path: ``refit_inline=False``)."""
+        return [key for key, st in self.state.items()
+                if st.forecaster is not None and st.forecaster.span_s >= self.min_history_s
+                and st.forecaster.refit_due(now)]
+
+    def refit(self, key: PoolKey, now: float) -> float:
+        """Refit one pool's forecaster (thread-safe against decide); returns fit seconds."""
+        fc = self.state[key].forecaster
+        if fc is None:
+            return 0.0
+        fc.refit(now)
+        return fc.fit_seconds
 
     def _forecast_max(self, key: PoolKey, now: float, lead_s: float) -> tuple[float | None, str]:
         st = self.state[key]
         fc = st.forecaster
-        if fc is None or not fc._times or fc._times[-1] - fc._times[0] < self.min_history_s:
+        if fc is None or fc.span_s < self.min_history_s:
             return None, "forecast: history too short, sizing on the current demand"
         try:
-            if fc.refit_due(now) or fc.fitted is None:
+            if self.refit_inline and (fc.refit_due(now) or fc.fitted is None):
                 fc.refit(now)
-            assert fc.fitted is not None
+            if fc.fitted is None:
+                return None, "forecast: first fit still running, sizing on the current demand"
             # A forecast is reused for forecast_every_s (new points arrive once a resolution
             # step; the current demand still enters every tick through max(demand, forecast)).
             cache_key = (id(fc.fitted), round(lead_s))
@@ -151,8 +185,13 @@ class PdscalePolicy:
             else:
                 horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
                                      self.resolution_s)
-                value = float(fc.forecast(horizons)[:, -1].max())
+                table = fc.forecast(horizons)
+                value = float(table[:, -1].max())
                 self._forecast_cache[key] = (cache_key, value, now)
+                self.last_forecast[key] = {
+                    "at_s": now, "horizons_s": [float(h) for h in horizons],
+                    "quantiles": {f"{q:g}": [float(x) for x in table[:, i]]
+                                  for i, q in enumerate(fc.model.quantiles)}}
         except (SeriesError, ValueError) as exc:
             return None, f"forecast unavailable ({exc}); sizing on the current demand"
         return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"
@@ -174,13 +213,15 @@ class PdscalePolicy:
         st.cold_start.observe(now, r.ready)
         current = r.active
         demand = signals.get(DEMAND_SIGNAL[role])
+        hit = signals.get("prefix_cache_hit_ratio") or 0.0
         if role is Role.PREFILL and demand is not None:
-            hit = signals.get("prefix_cache_hit_ratio") or 0.0
             demand = demand * (1 - min(max(hit, 0.0), 0.95))
         if demand is None:
-            return PoolDecision(max(r.desired, current),
-                                (f"degraded: {DEMAND_SIGNAL[role]} missing or stale; holding "
-                                 f"{max(r.desired, current)} replicas, no scale-down",))
+            held = max(r.desired, current)
+            return PoolDecision(held, (f"degraded: {DEMAND_SIGNAL[role]} missing or stale; "
+                                       f"holding {held} replicas, no scale-down",),
+                                cause="degraded",
+                                detail={"signal": DEMAND_SIGNAL[role], "held": held})
         st.capacity.observe_lengths(signals.get("mean_input_tokens_interval"),
                                     signals.get("mean_output_tokens_interval"))
         per_replica = st.capacity.per_replica()
@@ -192,6 +233,11 @@ class PdscalePolicy:
         forecast, fc_reason = self._forecast_max(key, now, lead)
         sized_for = max(demand, forecast) if forecast is not None else demand
         need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas
+        detail: dict[str, float | str | None] = {
+            "signal": DEMAND_SIGNAL[role], "demand": demand, "prefix_cache_hit_ratio": hit,
+            "forecast": forecast, "quantile": self.quantile if forecast is not None else None,
+            "lead_s": lead, "capacity_per_replica": per_replica,
+            "capacity_correction": st.capacity.correction, "need": need}
         reasons = [f"demand {demand:.4g}/s, {fc_reason}"
                    + (f" = {forecast:.4g}/s" if forecast is not None else ""),
                    f"capacity {per_replica:.4g}/s per replica (correction "
@@ -211,6 +257,8 @@ class PdscalePolicy:
             reasons.append(f"reactive: {LATENCY_SIGNAL[role]} "
                            f"{'n/a' if latency is None else f'{latency:.3g}s'} vs SLO {slo:g}s, "
                            f"queue {queue:.0f} -> {reactive}")
+            detail.update({"latency_signal": LATENCY_SIGNAL[role], "latency_p95_s": latency,
+                           "slo_s": slo, "queue_depth": queue, "reactive": reactive})
         target = max(need, reactive)
         st.needs.append((now, target))
         if st.first_seen_s is None:
@@ -218,18 +266,46 @@ class PdscalePolicy:
         while st.needs and st.needs[0][0] < now - self.stabilisation_s:
             st.needs.popleft()
         window_full = now - st.first_seen_s >= self.stabilisation_s
+        cause = "steady"
         if target > current:
             desired = target
+            cause = "reactive" if reactive > need else "forecast"
             st.cold_start.asked(now, min(target, r.max_replicas))
         else:
             held = max(n for _, n in st.needs)
             desired = max(target, held, current - self.max_step_down) \
                 if held < current and window_full else current
             if desired < current:
+                cause = "scale_down"
                 reasons.append(f"scale down after {self.stabilisation_s:.0f}s below "
                                f"{current}, by at most {self.max_step_down}")
                 st.cold_start.cancel_above(desired)
         bounded = max(r.min_replicas, min(r.max_replicas, desired))
         if bounded != desired:
-            reasons.append(f"bound: {'min' if bounded > desired else 'max'} replicas {bounded}")
-        return PoolDecision(bounded, tuple(reasons))
+            which = "min" if bounded > desired else "max"
+            reasons.append(f"bound: {which} replicas {bounded}")
+            detail["bound"] = which
+            if bounded != current:
+                cause = "bound"
+        return PoolDecision(bounded, tuple(reasons), cause=cause, detail=detail)
+
+
+def build_policy(spec: Spec, *, refit_inline: bool = False,
+                 refit_every_s: float | None = None,
+                 cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
+    """pdscale's policy for every pool of the spec, with its controller settings."""
+    c = spec.controller
+    capacity: dict[PoolKey, CapacityModel] = {}
+    cold: dict[PoolKey, float] = {}
+    for svc in spec.services:
+        for role, pool in svc.pools.items():
+            slo = svc.slo.ttft_p95_s if role is Role.PREFILL else svc.slo.itl_p95_s
+            capacity[(svc.name, role)] = CapacityModel(role, load_profile(pool.profile), slo)
+            cold[(svc.name, role)] = float(pool.cold_start)
+    if cold_start_s:
+        cold.update(cold_start_s)
+    return PdscalePolicy(capacity, cold, tick_s=float(c.tick),
+                         quantile=c.scale_up_quantile, stabilisation_s=float(c.stabilisation),
+                         max_step_down=c.max_step_down, drain_s=float(c.drain_time),
+                         refit_every_s=float(refit_every_s or c.refit_every),
+                         refit_inline=refit_inline)

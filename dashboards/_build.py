@@ -304,13 +304,17 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
         (f"pdscale_desired_replicas{_sel()}", "desired " + _POOL_LEGEND),
         (f"pdscale_ready_replicas{_sel()}", "ready " + _POOL_LEGEND),
     ], "short", fill=0))
+    by_pool = "max by (namespace, model_name, pdscale_service, pdscale_pool) "
     b = b.with_panel(_timeseries("Forecast against observed demand", [
-        ("pdscale_forecast_demand" + _sel('quantile="0.5"'), "forecast p50 " + _POOL_LEGEND),
-        ("pdscale_forecast_demand" + _sel('quantile="0.9"'), "forecast p90 " + _POOL_LEGEND),
+        (by_pool + "(pdscale_forecast_demand" + _sel('quantile="0.5"') + ")",
+         "forecast p50 " + _POOL_LEGEND),
+        (by_pool + "(pdscale_forecast_demand" + _sel('quantile="0.9"') + ")",
+         "forecast p90 " + _POOL_LEGEND),
         (f"pdscale_observed_demand{_sel()}", "observed " + _POOL_LEGEND),
-    ], "short", fill=0, description="Demand at the pre-warm horizon: prefill in uncached "
-                                    "prompt tokens/s, decode in concurrent sequences. The p90 "
-                                    "is what pdscale sizes for."))
+    ], "short", fill=0, description="Highest forecast over the pre-warm horizon (one cold "
+                                    "start ahead) against the demand observed now: prefill in "
+                                    "uncached prompt tokens/s, decode in generated tokens/s. "
+                                    "The p90 is what pdscale sizes for."))
     b = b.with_panel(_timeseries("Cold start p90", [
         (f"pdscale_cold_start_p90_seconds{_sel()}", _POOL_LEGEND)], "s", width=8, fill=0))
     decisions = signal_def(Signal.DECISIONS_PER_S)
@@ -325,9 +329,18 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
     ], "short", width=8, fill=0))
     b = b.with_panel(_timeseries("Input data staleness", [
         (f"max by (pdscale_service, pdscale_pool) (pdscale_data_staleness_seconds{_sel()})",
-         _POOL_LEGEND)], "s", width=24, fill=0,
+         _POOL_LEGEND)], "s", width=12, fill=0,
         description="Age of the newest sample behind the controller's inputs. Stale data "
                     "holds scaling (never scales down)."))
+    b = b.with_panel(_timeseries("Controller errors and tick time", [
+        ("sum by (adapter, kind) (rate(pdscale_adapter_errors_total[$__rate_interval]))",
+         "{{adapter}} {{kind}}"),
+        ("histogram_quantile(0.99, sum by (le) (rate(pdscale_tick_duration_seconds_bucket"
+         "[$__rate_interval])))", "tick p99 (s)"),
+        ("max(pdscale_leader)", "leader"),
+    ], "short", width=12, fill=0,
+        description="Failed calls per second by adapter (prometheus, kubernetes, forecaster, "
+                    "lease); the 99th-percentile tick time; whether a replica holds the lease."))
     return b
 
 

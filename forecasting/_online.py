@@ -8,6 +8,7 @@ when :meth:`refit_due` says so (every ``refit_every_s``). History is bounded to
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -34,30 +35,49 @@ class OnlineForecaster:
     predict_seconds: float = 0.0
     _times: list[float] = field(default_factory=list)
     _values: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def span_s(self) -> float:
+        """Seconds of history held."""
+        with self._lock:
+            return self._times[-1] - self._times[0] if self._times else 0.0
 
     def observe(self, t_s: float, value: float) -> None:
-        if self._times and t_s <= self._times[-1]:
-            raise SeriesError(f"observations must move forward in time: {t_s} after "
-                              f"{self._times[-1]}")
-        self._times.append(float(t_s))
-        self._values.append(float(value))
-        cutoff = t_s - self.history_s
-        if self._times[0] < cutoff:
-            keep = int(np.searchsorted(np.array(self._times), cutoff))
-            del self._times[:keep], self._values[:keep]
-        if self.fitted is not None and t_s > self.fitted.t_last_ + self.fitted.resolution_s / 2:
-            self.fitted.update(np.array([[t_s]]), np.array([value]))
+        with self._lock:
+            if self._times and t_s <= self._times[-1]:
+                raise SeriesError(f"observations must move forward in time: {t_s} after "
+                                  f"{self._times[-1]}")
+            self._times.append(float(t_s))
+            self._values.append(float(value))
+            cutoff = t_s - self.history_s
+            if self._times[0] < cutoff:
+                keep = int(np.searchsorted(np.array(self._times), cutoff))
+                del self._times[:keep], self._values[:keep]
+            fitted = self.fitted
+        if fitted is not None and t_s > fitted.t_last_ + fitted.resolution_s / 2:
+            fitted.update(np.array([[t_s]]), np.array([value]))
 
     def refit_due(self, now_s: float) -> bool:
         return self.last_fit_s is None or now_s - self.last_fit_s >= self.refit_every_s
 
     def refit(self, now_s: float) -> _Forecaster:
+        """Fit a fresh model on the history held. Safe to run on another thread while
+        :meth:`observe` goes on: points that arrive during the fit are replayed into the new
+        model before it replaces the old one."""
         model: _Forecaster = clone(self.model)
+        with self._lock:
+            times, values = np.array(self._times), np.array(self._values)
         started = time.perf_counter()
-        model.fit(np.array(self._times)[:, None], np.array(self._values))
+        model.fit(times[:, None], values)
         self.fit_seconds = time.perf_counter() - started
-        self.fitted = model
-        self.last_fit_s = now_s
+        with self._lock:
+            newer = np.array(self._times) > model.t_last_ + model.resolution_s / 2
+            if newer.any():
+                model.update(np.array(self._times)[newer][:, None],
+                             np.array(self._values)[newer])
+            self.fitted = model
+            self.last_fit_s = now_s
         return model
 
     def forecast(self, horizons_s: FloatArray) -> FloatArray:

@@ -33,6 +33,8 @@ examples:
   pdscale generate alerts examples/sglang.yaml --out out/alerts
   pdscale signals --engine vllm
   pdscale query examples/vllm.yaml --service llama-chat --pool prefill --signal ttft_p95_s
+  pdscale simulate --spec examples/vllm.yaml --policy pdscale --out sim/
+  pdscale run --spec spec.yaml            (in a cluster; see deploy/)
 
 exit codes: 0 ok, 1 failure while working, 2 bad input (invalid spec, unknown signal)
 """
@@ -472,6 +474,84 @@ def _fmt_s(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def _parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT such as 0.0.0.0:8080 or "
+                                         f":8080, got {text!r}")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def _kube_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    if kubeconfig:
+        if not Path(kubeconfig).is_file():
+            raise ConfigException(f"kubeconfig {kubeconfig} does not exist")
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # pdscale logs the failure itself
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api = _kube_client(args.kubeconfig)
+    except ConfigException as exc:
+        _err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
+             "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
+        return EXIT_BAD_INPUT
+    import uvicorn
+
+    from controller._api import create_app
+    from controller._runtime import Controller, reader_from_spec
+
+    try:
+        reader = reader_from_spec(spec, url=args.prometheus_url)
+    except (OSError, ValueError) as exc:
+        _err(f"Prometheus credentials: {exc}; check spec.controller.prometheus")
+        return EXIT_BAD_INPUT
+    kwargs: dict[str, Any] = {}
+    if args.identity:
+        kwargs["identity"] = args.identity
+    controller = Controller(spec, api, reader, dry_run=True if args.dry_run else None,
+                            leader_election=False if args.no_leader_election else None,
+                            **kwargs)
+    host, port = args.listen
+    server = uvicorn.Server(uvicorn.Config(create_app(controller), host=host, port=port,
+                                           log_level=args.log_level.lower(),
+                                           access_log=False))
+    mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
+    print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
+          f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
+          f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
+    import signal
+
+    # uvicorn shuts down on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
+    # with these, that ends here and the controller stops cleanly (lease handed back).
+    stopping: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    controller.start()
+    try:
+        server.run()
+    finally:
+        controller.stop()
+    print("pdscale: stopped" + (f" ({signal.Signals(stopping[0]).name})" if stopping else ""),
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pdscale", description=_DESCRIPTION, epilog=_EPILOG,
@@ -609,6 +689,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser(
+        "run", help="run the controller (in a cluster, or against one with --kubeconfig)",
+        description="Run pdscale's controller: every tick it reads the pools' signals from "
+                    "Prometheus, forecasts demand one cold start ahead, and sets the prefill "
+                    "and decode replicas through the scale subresource of each pool's target. "
+                    "Serves /healthz, /readyz, /metrics, /v1/status, /v1/decisions, "
+                    "/v1/forecast and the Alertmanager webhook. Stops cleanly on SIGTERM.",
+        epilog="examples:\n  pdscale run --spec /etc/pdscale/spec.yaml\n"
+               "  pdscale run --spec examples/vllm.yaml --kubeconfig ~/.kube/config --dry-run "
+               "--prometheus-url http://localhost:9090",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", required=True)
+    p.add_argument("--dry-run", action="store_true",
+                   help="decide and record, never scale or label anything")
+    p.add_argument("--kubeconfig", help="default: the in-cluster ServiceAccount")
+    p.add_argument("--listen", type=_parse_listen, default=("0.0.0.0", 8080),
+                   metavar="HOST:PORT", help="API address (default 0.0.0.0:8080)")
+    p.add_argument("--prometheus-url", help="overrides spec.controller.prometheus.url")
+    p.add_argument("--identity", help="leader-election identity (default: POD_NAME or the "
+                                      "host name)")
+    p.add_argument("--no-leader-election", action="store_true",
+                   help="act without a Lease (one replica only)")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_cmd_run)
     return parser
 
 

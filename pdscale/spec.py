@@ -23,17 +23,32 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
     "ENGINE_HISTOGRAM_BUCKETS",
     "AlertSettings",
     "AlertThresholds",
+    "ControllerSettings",
     "DashboardSettings",
+    "DrainSettings",
     "DynamoSettings",
     "Engine",
+    "LeaderElectionSettings",
     "PoolSelector",
     "PoolSpec",
+    "PrometheusSettings",
+    "RatioBounds",
+    "ReactionAction",
+    "ReactionRule",
+    "ReactionSettings",
     "Role",
     "SLOSpec",
     "ScaleTarget",
@@ -43,6 +58,8 @@ __all__ = [
     "SpecProblem",
     "Tier",
     "TieredThreshold",
+    "WebhookAuth",
+    "WebhookSettings",
     "format_duration",
     "load_spec",
     "parse_duration",
@@ -193,6 +210,20 @@ class DynamoSettings(_Model):
     backend: Literal["vllm", "sglang"] = "vllm"
 
 
+class RatioBounds(_Model):
+    """Bounds on prefill replicas per decode replica. Enforced by raising the short pool,
+    never by removing replicas, so a bound cannot cost SLO."""
+
+    min: float | None = Field(default=None, gt=0, description="Lowest prefill:decode ratio")
+    max: float | None = Field(default=None, gt=0, description="Highest prefill:decode ratio")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatioBounds:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"expected min <= max, got min {self.min:g} > max {self.max:g}")
+        return self
+
+
 class ServiceSpec(_Model):
     name: str
     namespace: str
@@ -201,6 +232,8 @@ class ServiceSpec(_Model):
     slo: SLOSpec
     priority: float = Field(default=1.0, gt=0, description="Weight in the shared GPU budget")
     dynamo: DynamoSettings | None = None
+    pd_ratio: RatioBounds | None = Field(
+        default=None, description="Optional bounds on prefill replicas per decode replica")
     histogram_buckets: dict[Literal["ttft", "itl"], tuple[float, ...]] = Field(
         default_factory=dict,
         description="Override the engine's latency buckets when the engine was started with "
@@ -297,6 +330,10 @@ class WebhookSettings(_Model):
     url: str = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
     receiver: str = "pdscale"
     send_resolved: bool = True
+    credentials_file: str | None = Field(
+        default=None, description="Bearer token file as mounted in Alertmanager (its "
+        "http_config.authorization.credentials_file); must hold the token the controller reads "
+        "from reactions.auth")
 
 
 class AlertSettings(_Model):
@@ -332,12 +369,167 @@ class DashboardSettings(_Model):
     configmap: ConfigMapSettings = Field(default_factory=ConfigMapSettings)
 
 
+class PrometheusSettings(_Model):
+    """Where the controller reads its signals, and how it authenticates."""
+
+    url: str = Field(default="http://prometheus-operated.monitoring.svc:9090",
+                     description="Prometheus (or a PromQL-compatible store) base URL")
+    timeout: Duration = Field(default=5, ge=1, description="Timeout of every query")
+    stale_after: Duration = Field(default=120, ge=1,
+                                  description="A series older than this counts as missing")
+    bearer_token_file: str | None = Field(
+        default=None, description="Token file, re-read when it changes")
+    basic_auth_file: str | None = Field(
+        default=None, description="File holding 'user:password', re-read when it changes")
+    ca_bundle: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict,
+                                    description="Extra headers, e.g. X-Scope-OrgID for Mimir")
+    history: Duration = Field(default=3 * 86400,
+                              description="History fetched at start-up to warm the forecasters")
+
+
+class LeaderElectionSettings(_Model):
+    enabled: bool = True
+    lease_name: str = "pdscale-leader"
+    namespace: str | None = Field(
+        default=None, description="Namespace of the Lease; default: the controller's own "
+        "(POD_NAMESPACE), else 'pdscale-system'")
+    lease_duration: Duration = Field(default=15, ge=2,
+                                     description="A standby takes over after this long")
+    renew_every: Duration = Field(default=5, ge=1, description="How often the leader renews")
+
+    @model_validator(mode="after")
+    def _renews_in_time(self) -> LeaderElectionSettings:
+        if self.renew_every * 2 > self.lease_duration:
+            raise ValueError(f"expected renew_every at most half of lease_duration, got "
+                             f"{self.renew_every}s and {self.lease_duration}s")
+        return self
+
+
+class ControllerSettings(_Model):
+    """How the in-cluster controller runs (``pdscale run``)."""
+
+    mode: Literal["act", "recommend"] = Field(
+        default="act", description="act: scale the targets; recommend: only export "
+        "pdscale_desired_replicas for KEDA or HPA to act on (pdscale generate recommend)")
+    dry_run: bool = Field(default=False, description="Decide and record, never write")
+    tick: Duration = Field(default=15, ge=1, description="Decision interval")
+    scale_up_quantile: float = Field(default=0.9, gt=0.5, lt=1)
+    stabilisation: Duration = Field(default=300,
+                                    description="Need must stay lower this long to scale down")
+    max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
+    drain_time: Duration = Field(default=60, ge=1,
+                                 description="Reactive path: drain the backlog within this")
+    refit_every: Duration = Field(default=900, ge=60, description="Forecaster refit interval")
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+
+
+class ReactionAction(StrEnum):
+    SCALE_UP = "scale_up"
+    HOLD_SCALE_DOWN = "hold_scale_down"
+    DRAIN_INSTANCE = "drain_instance"
+    NOTIFY_ONLY = "notify_only"
+
+
+class ReactionRule(_Model):
+    """An alert that matches (every label in ``match`` equal, every ``match_re`` a full RE2/
+    Python regex match) triggers ``action`` on the alert's pool (its ``pdscale_service`` and
+    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``."""
+
+    match: dict[str, str] = Field(default_factory=dict)
+    match_re: dict[str, str] = Field(default_factory=dict)
+    action: ReactionAction
+    step: int | None = Field(default=None, ge=1, description="scale_up: add this many")
+    to: int | None = Field(default=None, ge=1, description="scale_up: to at least this many")
+    hold: Duration = Field(default=900, description="hold_scale_down / scale_up: how long "
+                           "scale-down stays held unless the alert resolves first")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReactionRule:
+        if self.action is ReactionAction.SCALE_UP and (self.step is None) == (self.to is None):
+            raise ValueError("expected exactly one of 'step' or 'to' for scale_up")
+        if self.action is not ReactionAction.SCALE_UP and (self.step or self.to):
+            raise ValueError(f"'step' and 'to' apply to scale_up only, not {self.action.value}")
+        for label, pattern in self.match_re.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"match_re.{label}: invalid regex {pattern!r}: {exc}") from exc
+        if not self.match and not self.match_re:
+            raise ValueError("expected at least one label in 'match' or 'match_re' (a rule "
+                             "matching every alert is almost certainly a mistake)")
+        return self
+
+
+class WebhookAuth(_Model):
+    bearer_token_file: str | None = Field(default=None,
+                                          description="Token file, re-read when it changes")
+    bearer_token_env: str | None = Field(default=None,
+                                         description="Environment variable holding the token")
+    basic_auth_file: str | None = Field(default=None,
+                                        description="File holding 'user:password'")
+
+
+class DrainSettings(_Model):
+    """How drain_instance takes a pod out of serving: set a label that the pool's Service and
+    the workload's selector match on, so traffic stops and the workload starts a replacement."""
+
+    label: str = "pdscale.io/serving"
+    value: str = "drained"
+
+
+def _default_reactions() -> tuple[ReactionRule, ...]:
+    return (
+        ReactionRule(match={"alertname": "LLMGPUXidError", "severity": "critical"},
+                     action=ReactionAction.DRAIN_INSTANCE),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMTimeToFirstTokenHigh|LLMInterTokenLatencyHigh|"
+                               "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
+                               ".*SLOBudgetBurn"},
+                     action=ReactionAction.SCALE_UP, step=2, hold=900),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMPoolTargetDown|LLMPoolMetricsAbsent|"
+                               "PDScaleControlPlaneDegraded|LLMErrorRateHigh"},
+                     action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
+    )
+
+
+class ReactionSettings(_Model):
+    """What the Alertmanager webhook does with the alerts it receives."""
+
+    enabled: bool = Field(default=True, description="Global kill switch: false records "
+                          "alerts but takes no action")
+    dry_run: bool = Field(default=False, description="Record what would be done, do nothing")
+    cooldown: Duration = Field(default=120, description="Least time between actions on a pool")
+    max_actions: int = Field(default=10, ge=0, description="Most actions per window, all pools")
+    window: Duration = Field(default=600, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    auth: WebhookAuth = Field(default_factory=WebhookAuth)
+    drain: DrainSettings = Field(default_factory=DrainSettings)
+    rules: tuple[ReactionRule, ...] = Field(default_factory=_default_reactions)
+
+
 class Spec(_Model):
     version: Literal[1] = 1
     services: tuple[ServiceSpec, ...] = Field(min_length=1)
     gpu_budget: int | None = Field(default=None, ge=1, description="GPUs shared by all pools")
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dashboards: DashboardSettings = Field(default_factory=DashboardSettings)
+    controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    reactions: ReactionSettings = Field(default_factory=ReactionSettings)
+
+    @model_validator(mode="after")
+    def _budget_fits_minimums(self) -> Spec:
+        if self.gpu_budget is None:
+            return self
+        floor = sum(p.min_replicas * p.gpus_per_replica for s in self.services
+                    for p in s.pools.values())
+        if floor > self.gpu_budget:
+            raise ValueError(f"expected gpu_budget to cover every pool's min_replicas x "
+                             f"gpus_per_replica ({floor} GPUs), got {self.gpu_budget}: raise "
+                             "the budget or lower the minimums")
+        return self
 
     def service(self, name: str) -> ServiceSpec:
         for svc in self.services:

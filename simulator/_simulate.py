@@ -198,6 +198,13 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
                    Role.DECODE: int(plan.decode[:lead].max())}
     setup = _setup(service, options, initial)
     policy = _policy(options.policy, setup, plan)
+    if options.policy == "pdscale":
+        # The controller's cross-pool constraints (P:D ratio bounds, GPU budget), as in a
+        # cluster; the budget counts this service's pools only.
+        from controller import ConstrainedPolicy, Constraints
+
+        one = spec.model_copy(update={"services": (service,)})
+        policy = ConstrainedPolicy(policy, Constraints.from_spec(one))
     capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
     meta: dict[str, Any] = {
         "service": service.name,

@@ -1,5 +1,5 @@
-"""Telemetry: the signal catalog (engine metrics as PromQL for each pool) and the
-Prometheus reader. OpenTelemetry self-instrumentation joins it with the controller's API.
+"""Telemetry: the signal catalog (engine metrics as PromQL for each pool), the Prometheus
+reader, and the controller's self-instrumentation with OpenTelemetry.
 """
 
 from telemetry._catalog import (
@@ -22,6 +22,7 @@ from telemetry._catalog import (
     slo_error_ratio_expr,
     slo_error_ratio_record,
 )
+from telemetry._instrument import ControllerTelemetry
 from telemetry._reader import (
     PrometheusAuth,
     PrometheusQueryError,
@@ -37,6 +38,7 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "ControllerTelemetry",
     "PrometheusAuth",
     "PrometheusQueryError",
     "PrometheusReader",

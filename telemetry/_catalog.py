@@ -203,7 +203,16 @@ _DEFS: tuple[SignalDef, ...] = (
 )
 _BY_SIGNAL = {d.signal: d for d in _DEFS}
 
-CONTROL_PLANE_METRICS = frozenset(d.series for d in _DEFS if d.scope == "control")
+_CONTROLLER_OWN = frozenset({
+    "pdscale_capacity_per_replica", "pdscale_tick_duration_seconds_bucket",
+    "pdscale_tick_duration_seconds_count", "pdscale_tick_duration_seconds_sum",
+    "pdscale_adapter_errors_total", "pdscale_leader", "pdscale_alert_reactions_total",
+    "pdscale_alerts_received_total"})
+"""Series the controller exports about itself (not per pool): health, tick time, leadership,
+alert reactions."""
+
+CONTROL_PLANE_METRICS = frozenset(d.series for d in _DEFS if d.scope == "control") | \
+    _CONTROLLER_OWN
 
 
 class UnknownSignal(KeyError):
@@ -520,7 +529,7 @@ def _known_metrics() -> frozenset[str]:
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}
-    names |= {d.series for d in _DEFS}
+    names |= {d.series for d in _DEFS} | _CONTROLLER_OWN
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
     names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}
     return frozenset(names)

@@ -72,9 +72,13 @@ def _default_client(url: str, headers: dict[str, str], auth: tuple[str, str] | N
                     session: requests.Session, timeout_s: float) -> Any:
     # Imported here: the client pulls in pandas, which nothing else at import time needs.
     from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
 
+    # One quick retry: the next tick retries anyway, and the client's default (3 retries with
+    # exponential backoff) would spend most of a 15 s tick on a Prometheus that is down.
+    retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504))
     return PrometheusConnect(url=url, headers=headers, auth=auth, session=session,
-                             timeout=timeout_s)
+                             timeout=timeout_s, retry=retry)
 
 
 class PrometheusReader:

@@ -11,7 +11,8 @@ PUBLIC = {
                "alerting_groups", "alertmanager_config", "dump_yaml", "prometheus_rule",
                "recording_groups", "render_template", "unit_tests"],
     "dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
-    "telemetry": ["CONTROL_PLANE_METRICS", "KNOWN_METRICS", "POOL_LABELS", "PrometheusAuth",
+    "telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "KNOWN_METRICS",
+                  "POOL_LABELS", "PrometheusAuth",
                   "PrometheusQueryError", "PrometheusReader", "PrometheusUnavailable",
                   "SignalValue",
                   "SLO_OBJECTIVE_RECORD", "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "Signal",
@@ -23,9 +24,10 @@ PUBLIC = {
                     "QuantileGBForecaster", "RegularSeries", "SeasonalNaive", "SeriesError",
                     "backtest", "level_shifts", "pinball", "regularize",
                     "series_from_prometheus", "series_from_requests"],
-    "controller": ["Actuator", "CapacityModel", "ColdStartTracker", "InstanceProfile",
-                   "Observation", "PdscalePolicy", "Policy", "PoolDecision", "PoolKey",
-                   "PoolObservation", "PoolReplicas", "ProfileError", "builtin_profiles",
+    "controller": ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy",
+                   "Constraints", "Detail", "InstanceProfile", "Observation", "PdscalePolicy",
+                   "Policy", "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas",
+                   "ProfileError", "apply_constraints", "build_policy", "builtin_profiles",
                    "decode_batch_at_slo", "load_profile"],
     "simulator": ["FORMATS", "POLICIES", "DynamoPolicy", "EventSimulator", "FluidLoad",
                   "InstanceProfile", "OraclePolicy", "PoolSetup", "ProfileError",
@@ -43,6 +45,20 @@ def test_public_names(package: str) -> None:
     assert sorted(module.__all__) == sorted(PUBLIC[package])
     for name in module.__all__:
         assert hasattr(module, name)
+
+
+def test_controller_package_import_stays_light() -> None:
+    """The simulator imports the controller's policy; that must not pull in the Kubernetes
+    client or the web framework (seconds of import time for every CLI call)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, controller, simulator; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('kubernetes', 'fastapi', 'uvicorn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_spec_public_names() -> None:

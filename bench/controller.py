@@ -1,0 +1,225 @@
+"""Controller tick cost and memory against a real Prometheus and the Kubernetes API stand-in.
+
+    .venv/bin/python bench/controller.py [--pools 10,100] [--ticks 20] [--history-h 24]
+
+For each pool count: a spec of N/2 services (a prefill and a decode pool each); a loopback
+exporter serves every pool's recorded series (the names the controller queries); the
+distribution's Prometheus scrapes it every second; the Kubernetes API stand-in runs in its own
+process. The controller warms each pool's forecaster with --history-h hours of synthetic
+demand and fits them (not timed), then runs --ticks ticks back to back.
+
+Reported per pool count: CPU of the tick thread, p50 and max over the timed ticks (a forecast
+is reused for two minutes, so these mostly reuse them; the first tick after start, which
+builds the Kubernetes client's models and computes every forecast, is reported on its own),
+wall time, Prometheus queries per tick, and the process's peak RSS. Prometheus runs in its own
+process, so its time is not in the CPU figure; the HTTP client work of the queries is.
+Targets (issue 5): tick < 200 ms CPU with 100 pools, queries per tick independent of the pool
+count, RSS < 300 MB.
+Prints a table and writes bench/results/controller.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _spec_text(services: int) -> str:
+    lines = ["version: 1", "services:"]
+    for i in range(services):
+        lines += [f"  - name: svc-{i:03d}", "    namespace: llm", "    engine: vllm",
+                  "    model_name: llama", "    slo: {ttft_p95_s: 0.5, itl_p95_s: 0.05}",
+                  "    pools:",
+                  f"      prefill: {{target: {{name: svc-{i:03d}-prefill}}, max_replicas: 40}}",
+                  f"      decode: {{target: {{name: svc-{i:03d}-decode}}, max_replicas: 40}}"]
+    return "\n".join(lines) + "\n"
+
+
+def _exporter(spec: Any) -> tuple[ThreadingHTTPServer, int]:
+    from controller._cluster import POLICY_SIGNALS
+    from pdscale.spec import Role
+    from telemetry import recorded_name
+
+    values = {"prompt_tokens_per_s": 150_000.0, "generation_tokens_per_s": 20_000.0,
+              "prefix_cache_hit_ratio": 0.3, "ttft_p95_s": 0.3, "itl_p95_s": 0.03,
+              "queue_depth": 1.0, "request_rate": 60.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            t = time.time()
+            out = []
+            for svc in spec.services:
+                for role in Role:
+                    for sig in POLICY_SIGNALS:
+                        base = values[sig.value]
+                        v = base * (1 + 0.2 * math.sin(t / 60 + hash(svc.name) % 7))
+                        out.append(f'{recorded_name(sig)}{{namespace="llm",model_name="llama",'
+                                   f'pdscale_service="{svc.name}",pdscale_pool="{role.value}"}}'
+                                   f" {v:.4f}")
+            body = ("\n".join(out) + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, int(server.server_address[1])
+
+
+def _standin(services: int, port_out: Any, stop: Any) -> None:
+    from tests.controller.kube_standin import ApiState, make_handler
+
+    state = ApiState()
+    for i in range(services):
+        for role in ("prefill", "decode"):
+            state.add("llm", "deployments", f"svc-{i:03d}-{role}", 2)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    port_out.value = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop.wait()
+    server.shutdown()
+
+
+def run_case(pools: int, ticks: int, history_h: float, workdir: Path) -> dict[str, Any]:
+    import numpy as np
+    from kubernetes import client as k8s
+
+    from controller._reconciler import SystemClock
+    from controller._runtime import Controller, reader_from_spec
+    from pdscale.spec import Role, parse_spec
+    from tests.conftest import free_port
+    from tests.e2e.prom import prometheus
+
+    services = pools // 2
+    spec = parse_spec(_spec_text(services))
+    exporter, exporter_port = _exporter(spec)
+    ctx = multiprocessing.get_context("spawn")
+    port = ctx.Value("i", 0)
+    stop = ctx.Event()
+    proc = ctx.Process(target=_standin, args=(services, port, stop), daemon=True)
+    proc.start()
+    try:
+        while port.value == 0:
+            time.sleep(0.05)
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                  "scrape_configs": [{"job_name": "pools", "honor_labels": True,
+                                      "static_configs": [{"targets": [
+                                          f"127.0.0.1:{exporter_port}"]}]}]}
+        with prometheus(config, workdir, free_port()) as url:
+            time.sleep(3)  # a few scrapes
+            kconf = k8s.Configuration(host=f"http://127.0.0.1:{port.value}")
+            kconf.retries = False
+            api = k8s.ApiClient(kconf)
+            controller = Controller(spec, api, reader_from_spec(spec, url), clock=SystemClock(),
+                                    leader_election=False)
+            rec = controller.reconciler
+            policy = controller.policy
+            now = time.time()
+            n = int(history_h * 60)
+            times = [now - 60 * (n - i) for i in range(n)]
+            rng = np.random.default_rng(0)
+            fit_started = time.perf_counter()
+            for key in policy.state:
+                base = 150_000.0 if key[1] is Role.PREFILL else 20_000.0
+                series = base * (1 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 1440)) * \
+                    rng.lognormal(0, 0.05, n)
+                policy.warm(key, times, [float(v) for v in series])
+                policy.refit(key, now)
+            fit_s = time.perf_counter() - fit_started
+            # The first tick builds the Kubernetes client's models (pydantic) once and computes
+            # every forecast: reported on its own, as the controller's first tick after start.
+            first = rec.tick()
+            cpu, wall, queries = [], [], []
+            for _ in range(ticks):
+                q0 = controller.reader.queries
+                report = rec.tick()
+                if report.errors:
+                    raise SystemExit(f"tick errors: {[e.message for e in report.errors]}")
+                cpu.append(report.cpu_s)
+                wall.append(report.wall_s)
+                queries.append(controller.reader.queries - q0)
+            forecasts = sum(1 for r in report.decisions.values()
+                            if r.detail.get("forecast") is not None)
+            rec.close()
+            api.close()
+    finally:
+        stop.set()
+        proc.join(timeout=10)
+        exporter.shutdown()
+    return {"pools": pools, "ticks": ticks, "history_h": history_h,
+            "tick_cpu_ms_p50": statistics.median(cpu) * 1000,
+            "tick_cpu_ms_max": max(cpu) * 1000,
+            "first_tick_cpu_ms": first.cpu_s * 1000,
+            "tick_wall_ms_p50": statistics.median(wall) * 1000,
+            "queries_per_tick": sorted(set(queries)),
+            "pools_with_forecast": forecasts,
+            "forecaster_fit_s_total": fit_s,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _child(pools: int, ticks: int, history_h: float, out: Any) -> None:
+    with tempfile.TemporaryDirectory(prefix="pdscale-bench-") as tmp:
+        out.put(run_case(pools, ticks, history_h, Path(tmp)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pools", default="10,100")
+    parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--history-h", type=float, default=24.0)
+    args = parser.parse_args()
+    if shutil.which("prometheus") is None:
+        print("bench/controller.py needs the prometheus binary: run scripts/system-deps.sh",
+              file=sys.stderr)
+        return 1
+    rows = []
+    ctx = multiprocessing.get_context("spawn")
+    for pools in (int(p) for p in args.pools.split(",")):
+        print(f"== {pools} pools: fitting forecasters, then {args.ticks} ticks ...",
+              file=sys.stderr, flush=True)
+        q = ctx.Queue()
+        proc = ctx.Process(target=_child, args=(pools, args.ticks, args.history_h, q))
+        proc.start()
+        rows.append(q.get())  # each case in its own process: its peak RSS is its own
+        proc.join()
+    print(f"{'pools':>6} {'first tick CPU ms':>18} {'CPU p50 ms':>11} {'CPU max ms':>11} "
+          f"{'wall p50 ms':>12} {'queries/tick':>13} {'forecasting':>12} {'peak RSS MB':>12}")
+    for r in rows:
+        print(f"{r['pools']:>6} {r['first_tick_cpu_ms']:>18.1f} "
+              f"{r['tick_cpu_ms_p50']:>11.1f} {r['tick_cpu_ms_max']:>11.1f} "
+              f"{r['tick_wall_ms_p50']:>12.1f} {','.join(map(str, r['queries_per_tick'])):>13} "
+              f"{r['pools_with_forecast']:>12} {r['peak_rss_mb']:>12.0f}")
+    result = {"bench": "controller", "machine": platform.machine(),
+              "python": platform.python_version(), "cpus": multiprocessing.cpu_count(),
+              "command": "bench/controller.py " + " ".join(sys.argv[1:]), "cases": rows,
+              "targets": {"tick_cpu_ms_100_pools": 200, "peak_rss_mb_100_pools": 300}}
+    out = ROOT / "bench" / "results" / "controller.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The controller in a cluster: observations from Prometheus and Kubernetes, the policy built
+from the spec, and history warm-up at start-up.
+
+Per tick: one Prometheus query per signal for every pool (the count does not grow with the
+pools) and one GET per pool for its replicas (two for custom resources: scale and status).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
+from controller._kube import KubeRejected, KubeScaleActuator, KubeUnavailable
+from controller._policy import PdscalePolicy
+from controller._reconciler import AdapterError, SourceResult
+from pdscale.spec import Role, Spec
+from telemetry import (
+    PrometheusQueryError,
+    PrometheusReader,
+    PrometheusUnavailable,
+    Signal,
+    SignalValue,
+)
+
+__all__ = ["POLICY_SIGNALS", "ClusterSource", "warm_from_history"]
+
+POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
+                  Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
+                  Signal.QUEUE_DEPTH, Signal.REQUEST_RATE)
+"""What the policy reads each tick (one query each, for all pools)."""
+
+
+def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {sig.value: v.value for sig, v in values.items()}
+    rate = out.get(Signal.REQUEST_RATE.value)
+    if rate and rate > 0:
+        prompt = out.get(Signal.PROMPT_TOKENS_PER_S.value)
+        gen = out.get(Signal.GENERATION_TOKENS_PER_S.value)
+        # Mean lengths over the window, for the capacity model's attention and KV terms.
+        out["mean_input_tokens_interval"] = prompt / rate if prompt else None
+        out["mean_output_tokens_interval"] = gen / rate if gen else None
+    return out
+
+
+class ClusterSource:
+    def __init__(self, spec: Spec, reader: PrometheusReader, kube: KubeScaleActuator) -> None:
+        self.spec = spec
+        self.reader = reader
+        self.kube = kube
+
+    def observe(self, now_s: float) -> SourceResult:
+        errors: list[AdapterError] = []
+        try:
+            signals = self.reader.read(self.spec, POLICY_SIGNALS, at_s=now_s)
+        except PrometheusUnavailable as exc:
+            errors.append(AdapterError("prometheus", "unavailable", str(exc), None, now_s))
+            signals = {}
+        except PrometheusQueryError as exc:
+            errors.append(AdapterError("prometheus", "rejected", str(exc), None, now_s))
+            signals = {}
+        pools: dict[PoolKey, PoolObservation] = {}
+        staleness: dict[PoolKey, dict[str, float | None]] = {}
+        for svc in self.spec.services:
+            for role, pool in svc.pools.items():
+                key = (svc.name, role)
+                try:
+                    status = self.kube.read_status(key)
+                except KubeUnavailable as exc:
+                    errors.append(AdapterError("kubernetes", "unavailable", str(exc), key, now_s))
+                    continue
+                except KubeRejected as exc:
+                    errors.append(AdapterError("kubernetes", "rejected", str(exc), key, now_s))
+                    continue
+                values = signals.get(key, {})
+                ages = [v.age_s for v in values.values() if v.age_s is not None]
+                staleness[key] = {sig.value: v.age_s for sig, v in values.items()}
+                replicas = PoolReplicas(
+                    ready=status.ready, starting=max(0, status.desired - status.ready),
+                    draining=max(0, status.replicas - status.desired), desired=status.desired,
+                    min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+                    gpus_per_replica=pool.gpus_per_replica)
+                data_time = now_s - (min(ages) if ages else 0.0)
+                pools[key] = PoolObservation(key, replicas, _pool_signals(values), data_time)
+        return SourceResult(Observation(now_s, pools), errors, staleness)
+
+
+def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolicy, *,
+                      now_s: float, history_s: float, step_s: float = 60.0
+                      ) -> dict[PoolKey, int]:
+    """Feed each pool's forecaster its demand history (prefill: uncached prompt tokens/s;
+    decode: generated tokens/s), so a restarted controller forecasts at once. Returns the
+    points taken per pool. Prometheus errors propagate: the caller decides to go on cold."""
+    start = now_s - history_s
+    prompt = reader.history(spec, Signal.PROMPT_TOKENS_PER_S, start_s=start, end_s=now_s,
+                            step_s=step_s)
+    hits = reader.history(spec, Signal.PREFIX_CACHE_HIT_RATIO, start_s=start, end_s=now_s,
+                          step_s=step_s)
+    gen = reader.history(spec, Signal.GENERATION_TOKENS_PER_S, start_s=start, end_s=now_s,
+                         step_s=step_s)
+    taken: dict[PoolKey, int] = {}
+    for key, (times, values) in prompt.items():
+        if key[1] is not Role.PREFILL:
+            continue
+        hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
+        uncached = [v * (1 - min(max(hit_at.get(t, 0.0), 0.0), 0.95))
+                    if math.isfinite(hit_at.get(t, 0.0)) else v
+                    for t, v in zip(times, values, strict=True)]
+        taken[key] = policy.warm(key, times, uncached)
+    for key, (times, values) in gen.items():
+        if key[1] is Role.DECODE:
+            taken[key] = policy.warm(key, times, values)
+    return taken

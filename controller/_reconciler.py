@@ -1,0 +1,391 @@
+"""The reconcile loop: every tick, observe, decide, constrain, act, record.
+
+* Time comes from an injected :class:`Clock`; tests drive :meth:`Reconciler.tick` by hand.
+* One adapter failing (Prometheus, Kubernetes, a forecaster, the actuator for one pool) costs
+  that tick or that pool, never the process: the error is recorded (``/v1/status``, the
+  ``pdscale_adapter_errors_total`` metric, the log) and the next tick tries again. A pool whose
+  signals are missing gets a degraded decision from the policy (hold, never scale down).
+* Forecaster refits run on a worker thread, off the tick path.
+* Only the leader acts. A standby, a dry run and recommendation mode still decide and record,
+  so their status, metrics and forecasts stay warm and a takeover is seamless.
+* Alert reactions (the webhook) come in through :class:`Overrides`: a floor on a pool's replicas
+  and a hold on scale-down, each with an expiry and the alert that caused it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from controller._constraints import Constraints, apply_constraints
+from controller._interface import Actuator, Observation, Policy, PoolDecision, PoolKey
+from controller._kube import KubeRejected, KubeUnavailable
+from controller._policy import PdscalePolicy
+from telemetry import ControllerTelemetry
+
+__all__ = ["AdapterError", "Clock", "DecisionRecord", "ObservationSource", "Overrides",
+           "Reconciler", "SourceResult", "SystemClock", "TickReport"]
+
+log = logging.getLogger("pdscale.controller")
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Sleep up to ``seconds``; True when ``stop`` was set."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        return stop.wait(max(0.0, seconds))
+
+
+@dataclass(frozen=True)
+class AdapterError:
+    adapter: str
+    """prometheus, kubernetes, forecaster, actuator, lease, webhook."""
+    kind: str
+    """unavailable (retry helps), rejected (fix config or RBAC), error (a bug or the unknown)."""
+    message: str
+    pool: PoolKey | None = None
+    at_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"adapter": self.adapter, "kind": self.kind, "message": self.message,
+                "pool": None if self.pool is None else f"{self.pool[0]}/{self.pool[1].value}",
+                "at": self.at_s}
+
+
+@dataclass
+class SourceResult:
+    observation: Observation
+    errors: list[AdapterError] = field(default_factory=list)
+    staleness: dict[PoolKey, dict[str, float | None]] = field(default_factory=dict)
+
+
+class ObservationSource(Protocol):
+    def observe(self, now_s: float) -> SourceResult:
+        ...
+
+
+@dataclass
+class DecisionRecord:
+    time_s: float
+    pool: PoolKey
+    current: int
+    ready: int
+    desired: int
+    outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed"]
+    cause: str
+    reasons: tuple[str, ...]
+    detail: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"time": self.time_s, "service": self.pool[0], "pool": self.pool[1].value,
+                "current": self.current, "ready": self.ready, "desired": self.desired,
+                "outcome": self.outcome, "cause": self.cause, "reasons": list(self.reasons),
+                "detail": dict(self.detail)}
+
+
+@dataclass
+class _Override:
+    until_s: float
+    floor: int
+    why: str
+
+
+class Overrides:
+    """What alert reactions impose on the decisions: floors and scale-down holds, with expiry.
+
+    Thread-safe: the webhook writes, the tick reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._floors: dict[PoolKey, dict[str, _Override]] = {}
+        self._holds: dict[PoolKey, dict[str, _Override]] = {}
+
+    def floor(self, key: PoolKey, replicas: int, until_s: float, cause_id: str, why: str) -> None:
+        with self._lock:
+            self._floors.setdefault(key, {})[cause_id] = _Override(until_s, replicas, why)
+
+    def hold(self, key: PoolKey, until_s: float, cause_id: str, why: str) -> None:
+        with self._lock:
+            self._holds.setdefault(key, {})[cause_id] = _Override(until_s, 0, why)
+
+    def release(self, cause_id: str) -> int:
+        """End every floor and hold an alert caused (it resolved); returns how many ended."""
+        ended = 0
+        with self._lock:
+            for table in (self._floors, self._holds):
+                for per_pool in table.values():
+                    if per_pool.pop(cause_id, None) is not None:
+                        ended += 1
+        return ended
+
+    def active(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            self._expire(now_s)
+            return {name: [{"pool": f"{k[0]}/{k[1].value}", "cause": cid, "until": o.until_s,
+                            "floor": o.floor if name == "floors" else None, "why": o.why}
+                           for k, per in table.items() for cid, o in per.items()]
+                    for name, table in (("floors", self._floors), ("holds", self._holds))}
+
+    def _expire(self, now_s: float) -> None:
+        for table in (self._floors, self._holds):
+            for per_pool in table.values():
+                for cid in [c for c, o in per_pool.items() if o.until_s <= now_s]:
+                    del per_pool[cid]
+
+    def apply(self, decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
+        now = observation.now_s
+        with self._lock:
+            self._expire(now)
+            for key, d in list(decisions.items()):
+                pool = observation.pools.get(key)
+                if pool is None:
+                    continue
+                r = pool.replicas
+                floors = self._floors.get(key, {})
+                if floors:
+                    top = max(floors.values(), key=lambda o: o.floor)
+                    floor = min(top.floor, r.max_replicas)
+                    if floor > d.desired_replicas:
+                        d = replace(d, desired_replicas=floor, cause="reaction",
+                                    reasons=(*d.reasons, f"reaction: {top.why} -> at least "
+                                                         f"{floor}"),
+                                    detail={**d.detail, "reaction_floor": floor})
+                holds = self._holds.get(key, {})
+                if holds and d.desired_replicas < r.active:
+                    why = next(iter(holds.values())).why
+                    d = replace(d, desired_replicas=r.active, cause="reaction",
+                                reasons=(*d.reasons, f"reaction: scale-down held ({why})"),
+                                detail={**d.detail, "reaction_hold": True})
+                decisions[key] = d
+
+
+@dataclass
+class TickReport:
+    started_s: float
+    cpu_s: float
+    wall_s: float
+    decisions: dict[PoolKey, DecisionRecord]
+    errors: list[AdapterError]
+    leader: bool
+
+
+class Reconciler:
+    def __init__(self, policy: Policy, source: ObservationSource, actuator: Actuator,
+                 clock: Clock, *, constraints: Constraints, telemetry: ControllerTelemetry,
+                 tick_s: float = 15.0, mode: Literal["act", "recommend"] = "act",
+                 dry_run: bool = False, is_leader: Callable[[], bool] = lambda: True,
+                 overrides: Overrides | None = None, history: int = 1000,
+                 refit_in_background: bool = True) -> None:
+        self.policy = policy
+        self.source = source
+        self.actuator = actuator
+        self.clock = clock
+        self.constraints = constraints
+        self.telemetry = telemetry
+        self.tick_s = tick_s
+        self.mode = mode
+        self.dry_run = dry_run
+        self.is_leader = is_leader
+        self.overrides = overrides or Overrides()
+        self.decisions: deque[DecisionRecord] = deque(maxlen=history)
+        self.errors: deque[AdapterError] = deque(maxlen=200)
+        self.last: dict[PoolKey, DecisionRecord] = {}
+        self.last_tick: TickReport | None = None
+        self.ticks = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._refits: dict[PoolKey, Future[float]] = {}
+        self._executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdscale-refit")
+                          if refit_in_background else None)
+
+    # -- refits -----------------------------------------------------------------------------
+
+    def _schedule_refits(self, now: float) -> None:
+        policy = self.policy
+        if not isinstance(policy, PdscalePolicy):
+            return
+        for key in policy.pending_refits(now):
+            running = self._refits.get(key)
+            if running is not None and not running.done():
+                continue
+            if running is not None and running.exception() is not None:
+                self._error(AdapterError("forecaster", "error",
+                                         f"refit failed: {running.exception()}", key, now))
+            if self._executor is None:
+                try:
+                    policy.refit(key, now)
+                except Exception as exc:
+                    self._error(AdapterError("forecaster", "error", f"refit failed: {exc}",
+                                             key, now))
+            else:
+                self._refits[key] = self._executor.submit(policy.refit, key, now)
+
+    def wait_for_refits(self, timeout_s: float = 60.0) -> None:
+        for future in list(self._refits.values()):
+            future.exception(timeout=timeout_s)
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def _error(self, err: AdapterError) -> None:
+        self.errors.append(err)
+        self.telemetry.record_error(err.adapter, err.kind)
+        log.warning("%s %s%s: %s", err.adapter, err.kind,
+                    f" ({err.pool[0]}/{err.pool[1].value})" if err.pool else "", err.message)
+
+    def tick(self) -> TickReport:
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        now = self.clock.now()
+        errors: list[AdapterError] = []
+        tracer = self.telemetry.tracer
+        leader = False
+        records: dict[PoolKey, DecisionRecord] = {}
+        with tracer.start_as_current_span("pdscale.tick") as span:
+            with tracer.start_as_current_span("observe"):
+                try:
+                    result = self.source.observe(now)
+                except Exception as exc:  # a source must not take the loop down
+                    result = SourceResult(Observation(now, {}), [AdapterError(
+                        "source", "error", f"{type(exc).__name__}: {exc}", None, now)])
+            errors.extend(result.errors)
+            obs = result.observation
+            for key, ages in result.staleness.items():
+                for signal, age in ages.items():
+                    self.telemetry.record_staleness(key, signal, age)
+            with tracer.start_as_current_span("decide"):
+                try:
+                    decisions = dict(self.policy.decide(obs))
+                except Exception as exc:
+                    log.exception("policy failed")
+                    errors.append(AdapterError("policy", "error",
+                                               f"{type(exc).__name__}: {exc}", None, now))
+                    decisions = {}
+                self.overrides.apply(decisions, obs)
+                decisions = apply_constraints(decisions, obs, self.constraints)
+            with tracer.start_as_current_span("act"):
+                leader = self.is_leader()
+                for key in sorted(decisions, key=str):
+                    records[key] = self._act(key, decisions[key], obs, leader, now, errors)
+            with tracer.start_as_current_span("refit-schedule"):
+                self._schedule_refits(now)
+            span.set_attribute("pdscale.pools", len(decisions))
+            span.set_attribute("pdscale.leader", leader)
+            span.set_attribute("pdscale.errors", len(errors))
+        for err in errors:
+            self._error(replace(err, at_s=err.at_s or now))
+        self.telemetry.leader.set(1 if leader else 0, {})
+        # CPU of the tick's own thread: background refits do not count against the tick.
+        cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+        self.telemetry.tick_duration.record(wall, {})
+        report = TickReport(now, cpu, wall, records, errors, leader)
+        with self._lock:
+            self.last_tick = report
+            self.ticks += 1
+        return report
+
+    def _act(self, key: PoolKey, decision: PoolDecision, obs: Observation, leader: bool,
+             now: float, errors: list[AdapterError]) -> DecisionRecord:
+        pool = obs.pools[key]
+        r = pool.replicas
+        current = r.desired
+        outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed"]
+        if self.mode == "recommend":
+            outcome = "recommend"
+        elif not leader:
+            outcome = "standby"
+        elif decision.desired_replicas == current:
+            outcome = "unchanged"
+        elif self.dry_run:
+            outcome = "dry_run"
+        else:
+            try:
+                self.actuator.set_replicas(key, decision.desired_replicas, decision.reasons)
+                outcome = "applied"
+            except KubeUnavailable as exc:
+                errors.append(AdapterError("kubernetes", "unavailable", str(exc), key, now))
+                outcome = "failed"
+            except KubeRejected as exc:
+                errors.append(AdapterError("kubernetes", "rejected", str(exc), key, now))
+                outcome = "failed"
+            except Exception as exc:
+                errors.append(AdapterError("actuator", "error", f"{type(exc).__name__}: {exc}",
+                                           key, now))
+                outcome = "failed"
+        record = DecisionRecord(now, key, current, r.ready, decision.desired_replicas, outcome,
+                                decision.cause, decision.reasons, decision.detail)
+        policy = self.policy
+        cold = forecast = None
+        if isinstance(policy, PdscalePolicy) and key in policy.state:
+            cold = policy.state[key].cold_start.p90_s
+            forecast = policy.last_forecast.get(key)
+        self.telemetry.record_decision(
+            key, desired=decision.desired_replicas, cause=decision.cause,
+            detail=decision.detail, current=r.active, ready=r.ready,
+            gpus_per_replica=r.gpus_per_replica, cold_start_p90_s=cold, forecast=forecast,
+            now_s=now)
+        with self._lock:
+            self.decisions.append(record)
+            self.last[key] = record
+        return record
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def request_tick(self) -> None:
+        """Tick now instead of at the next interval (an alert reaction arrived)."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick every ``tick_s`` (or at once when :meth:`request_tick` is called) until
+        ``stop`` is set; a failing tick is logged, not fatal."""
+        next_at = self.clock.now()
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception:
+                log.exception("tick failed; trying again next tick")
+            if stop.is_set():
+                break
+            next_at += self.tick_s
+            delay = next_at - self.clock.now()
+            if delay < 0:  # a slow tick: skip the missed ones rather than bunch up
+                next_at = self.clock.now()
+                delay = 0
+            self.clock.wait(delay, self._wake)
+            if self._wake.is_set() and not stop.is_set():
+                next_at = self.clock.now()  # an early tick restarts the interval
+
+    def stop(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            last = self.last_tick
+            return {
+                "ticks": self.ticks,
+                "last_tick": None if last is None else {
+                    "at": last.started_s, "wall_s": last.wall_s, "cpu_s": last.cpu_s,
+                    "leader": last.leader, "errors": [e.as_dict() for e in last.errors]},
+                "pools": {f"{k[0]}/{k[1].value}": v.as_dict() for k, v in self.last.items()},
+                "recent_errors": [e.as_dict() for e in list(self.errors)[-20:]],
+            }

@@ -1,0 +1,220 @@
+"""The controller process: reconcile loop, lease loop, alert worker, assembled from a spec.
+
+``pdscale run`` builds a :class:`Controller` with the in-cluster (or kubeconfig) Kubernetes
+client and the spec's Prometheus, serves the HTTP API (``controller._api``) and starts the
+loops in background threads. Tests build it against the Kubernetes stand-in and a real
+Prometheus, with an injected clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from controller._cluster import ClusterSource, warm_from_history
+from controller._constraints import Constraints
+from controller._interface import PoolKey
+from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef
+from controller._leader import LeaseElector
+from controller._policy import build_policy
+from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
+from controller._webhook import AlertReceiver, WebhookAuthenticator
+from pdscale.spec import Spec
+from telemetry import (
+    ControllerTelemetry,
+    PrometheusAuth,
+    PrometheusQueryError,
+    PrometheusReader,
+    PrometheusUnavailable,
+)
+
+__all__ = ["Controller", "reader_from_spec"]
+
+log = logging.getLogger("pdscale.controller")
+
+
+def reader_from_spec(spec: Spec, url: str | None = None) -> PrometheusReader:
+    p = spec.controller.prometheus
+    basic = None
+    if p.basic_auth_file:
+        text = Path(p.basic_auth_file).read_text(encoding="utf-8").strip()
+        user, sep, password = text.partition(":")
+        if not sep:
+            raise ValueError(f"{p.basic_auth_file}: expected 'user:password'")
+        basic = (user, password)
+    auth = PrometheusAuth(
+        bearer_token_file=Path(p.bearer_token_file) if p.bearer_token_file else None,
+        basic_auth=basic, ca_bundle=Path(p.ca_bundle) if p.ca_bundle else None,
+        headers=dict(p.headers))
+    return PrometheusReader(url or p.url, auth=auth, timeout_s=float(p.timeout),
+                            stale_after_s=float(p.stale_after))
+
+
+@dataclass
+class Controller:
+    spec: Spec
+    api: k8s.ApiClient
+    reader: PrometheusReader
+    clock: Clock = field(default_factory=SystemClock)
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME")
+                          or socket.gethostname())
+    dry_run: bool | None = None
+    """None: the spec's controller.dry_run."""
+    leader_election: bool | None = None
+    """None: the spec's controller.leader_election.enabled."""
+    span_processors: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        c = spec.controller
+        dry = c.dry_run if self.dry_run is None else self.dry_run
+        self.telemetry = ControllerTelemetry(spec, identity=self.identity,
+                                             span_processors=self.span_processors)
+        targets = {(s.name, role): ScaleRef(s.namespace, p.target)
+                   for s in spec.services for role, p in s.pools.items()}
+        self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
+        self.policy = build_policy(spec)
+        elect = c.leader_election.enabled if self.leader_election is None \
+            else self.leader_election
+        self.elector: LeaseElector | None = None
+        if elect and c.mode == "act":
+            namespace = (c.leader_election.namespace or os.environ.get("POD_NAMESPACE")
+                         or "pdscale-system")
+            self.elector = LeaseElector(self.api, namespace, c.leader_election.lease_name,
+                                        self.identity, float(c.leader_election.lease_duration),
+                                        self.clock.now)
+        self.reconciler = Reconciler(
+            self.policy, ClusterSource(spec, self.reader, self.kube), self.kube, self.clock,
+            constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
+            tick_s=float(c.tick), mode=c.mode, dry_run=dry,
+            is_leader=self.elector.is_leader if self.elector else (lambda: True))
+        self.authenticator = WebhookAuthenticator(spec.reactions.auth)
+        self.receiver = AlertReceiver(
+            spec, overrides=self.reconciler.overrides, now=self.clock.now,
+            telemetry=self.telemetry, current_replicas=self._current_replicas,
+            request_tick=self.reconciler.request_tick, pods=KubePodLabeler(self.api),
+            events=self.kube)
+        self.warm_result: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _current_replicas(self, key: PoolKey) -> int | None:
+        last = self.reconciler.last.get(key)
+        if last is not None:
+            return max(last.current, last.desired)
+        try:
+            return self.kube.read_status(key).desired
+        except Exception:
+            return None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def warm(self) -> dict[str, Any]:
+        """Fetch demand history so forecasts are useful at once; failure means going cold."""
+        now = self.clock.now()
+        try:
+            taken = warm_from_history(self.spec, self.reader, self.policy, now_s=now,
+                                      history_s=float(self.spec.controller.prometheus.history))
+            self.warm_result = {"ok": True, "points": {f"{k[0]}/{k[1].value}": n
+                                                       for k, n in taken.items()}}
+            for key in self.policy.pending_refits(now):
+                self.policy.refit(key, now)
+        except (PrometheusUnavailable, PrometheusQueryError) as exc:
+            self.reconciler.errors.append(AdapterError("prometheus", "unavailable",
+                                                       f"history warm-up: {exc}", None, now))
+            self.telemetry.record_error("prometheus", "warmup")
+            self.warm_result = {"ok": False, "error": str(exc)}
+            log.warning("history warm-up failed, starting cold: %s", exc)
+        return self.warm_result
+
+    def lease_step(self) -> bool:
+        if self.elector is None:
+            return True
+        leader = self.elector.step()
+        if self.elector.last_error:
+            self.telemetry.record_error("lease", "error")
+            log.warning("%s", self.elector.last_error)
+        self.telemetry.leader.set(1 if leader else 0, {})
+        return leader
+
+    def start(self) -> None:
+        """Warm up, then run the lease, reconcile and alert loops in background threads."""
+        self._stop.clear()
+        self.receiver.start()
+
+        def lease_loop() -> None:
+            assert self.elector is not None
+            renew = float(self.spec.controller.leader_election.renew_every)
+            while not self._stop.is_set():
+                self.lease_step()
+                self.clock.wait(renew, self._stop)
+
+        def main_loop() -> None:
+            self.warm()
+            self.reconciler.run(self._stop)
+
+        if self.elector is not None:
+            self._threads.append(threading.Thread(target=lease_loop, name="pdscale-lease",
+                                                  daemon=True))
+        self._threads.append(threading.Thread(target=main_loop, name="pdscale-reconcile",
+                                              daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.reconciler.stop()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._threads.clear()
+        self.receiver.stop()
+        if self.elector is not None:
+            self.elector.release()
+        self.reconciler.close()
+        self.telemetry.shutdown()
+
+    # -- state for the API ------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """False when a started loop thread died, or the last tick is far overdue."""
+        if any(not t.is_alive() for t in self._threads) and not self._stop.is_set():
+            return False
+        last = self.reconciler.last_tick
+        if self._threads and last is not None:
+            return self.clock.now() - last.started_s < 10 * self.reconciler.tick_s + 60
+        return True
+
+    def readiness(self) -> tuple[bool, str]:
+        if self.warm_result is None:
+            return False, "warming up from Prometheus history"
+        if self.reconciler.last_tick is None:
+            return False, "no tick yet"
+        return True, "ready"
+
+    def status(self) -> dict[str, Any]:
+        c = self.spec.controller
+        snap = self.reconciler.snapshot()
+        return {
+            "identity": self.identity,
+            "mode": c.mode,
+            "dry_run": self.reconciler.dry_run,
+            "leader": self.elector.is_leader() if self.elector else True,
+            "leader_election": None if self.elector is None else {
+                "lease": f"{self.elector.namespace}/{self.elector.name}",
+                "last_error": self.elector.last_error},
+            "prometheus": self.reader.url,
+            "warm_up": self.warm_result,
+            "gpu_budget": self.spec.gpu_budget,
+            "tick_s": self.reconciler.tick_s,
+            **snap,
+            "overrides": self.reconciler.overrides.active(self.clock.now()),
+            "webhook": {"auth": self.authenticator.describe(), **self.receiver.snapshot()},
+        }

@@ -1,0 +1,154 @@
+"""Self-instrumentation of the controller: OpenTelemetry metrics, exported in Prometheus format on
+``/metrics``, and a trace span per tick with a child span per step.
+
+Metric names are those the generated autoscaler dashboard and alerts query
+(``telemetry.CONTROL_PLANE_METRICS``); every pool series carries ``namespace``, ``model_name``,
+``pdscale_service`` and ``pdscale_pool``. Each controller gets its own registry, so two in one
+process (tests) do not mix. Spans go to an OTLP exporter when one is configured
+(``OTEL_EXPORTER_OTLP_ENDPOINT`` and the ``opentelemetry-exporter-otlp`` package), and to any
+span processor a caller adds (tests use an in-memory one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry, generate_latest
+
+from pdscale.spec import Role, Spec
+
+__all__ = ["ControllerTelemetry"]
+
+PoolKey = tuple[str, Role]
+
+log = logging.getLogger("pdscale.controller")
+
+_TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ControllerTelemetry:
+    def __init__(self, spec: Spec, *, identity: str = "pdscale",
+                 span_processors: tuple[SpanProcessor, ...] = ()) -> None:
+        self.registry = CollectorRegistry()
+        resource = Resource.create({"service.name": "pdscale", "service.instance.id": identity})
+        reader = PrometheusMetricReader(registry=self.registry, disable_target_info=True)
+        self.meter_provider = MeterProvider(metric_readers=[reader], resource=resource)
+        self.tracer_provider = TracerProvider(resource=resource)
+        for processor in span_processors:
+            self.tracer_provider.add_span_processor(processor)
+        self._maybe_otlp()
+        self.tracer: Tracer = self.tracer_provider.get_tracer("pdscale.controller")
+        self._labels: dict[PoolKey, dict[str, str]] = {}
+        for svc in spec.services:
+            for role in svc.pools:
+                self._labels[(svc.name, role)] = {
+                    "namespace": svc.namespace, "model_name": svc.model_name,
+                    "pdscale_service": svc.name, "pdscale_pool": role.value}
+        m = self.meter_provider.get_meter("pdscale.controller")
+        self.desired = m.create_gauge("pdscale_desired_replicas",
+                                      description="Replicas the controller wants")
+        self.ready = m.create_gauge("pdscale_ready_replicas",
+                                    description="Replicas ready according to Kubernetes")
+        self.forecast = m.create_gauge(
+            "pdscale_forecast_demand",
+            description="Forecast demand per horizon (seconds ahead) and quantile; prefill in "
+                        "uncached prompt tokens/s, decode in generated tokens/s")
+        self.observed = m.create_gauge("pdscale_observed_demand",
+                                       description="Demand the last decision saw")
+        self.cold_start = m.create_gauge("pdscale_cold_start_p90_seconds", unit="s",
+                                         description="Learned 90th-percentile cold start")
+        self.capacity = m.create_gauge("pdscale_capacity_per_replica",
+                                       description="Demand one replica serves at the SLO")
+        self.decisions = m.create_counter(
+            "pdscale_decisions", description="Decisions by cause (reason) and direction")
+        self.last_decision = m.create_gauge(
+            "pdscale_last_decision_timestamp_seconds", unit="s",
+            description="When the controller last decided for the pool")
+        self.staleness = m.create_gauge(
+            "pdscale_data_staleness_seconds", unit="s",
+            description="Age of the newest sample behind each input signal")
+        self.gpus = m.create_gauge("pdscale_gpus_allocated",
+                                   description="GPUs held by the pool's replicas")
+        self.budget = m.create_gauge("pdscale_gpu_budget",
+                                     description="GPUs the spec allows across all pools")
+        self.tick_duration = m.create_histogram(
+            "pdscale_tick_duration_seconds", unit="s", description="Reconcile tick duration",
+            explicit_bucket_boundaries_advisory=list(_TICK_BUCKETS))
+        self.adapter_errors = m.create_counter(
+            "pdscale_adapter_errors", description="Failed calls by adapter (prometheus, "
+            "kubernetes, forecaster, lease) and kind")
+        self.leader = m.create_gauge("pdscale_leader",
+                                     description="1 while this replica holds the lease")
+        self.reactions = m.create_counter(
+            "pdscale_alert_reactions",
+            description="Alertmanager webhook reactions by action, alert and outcome")
+        self.alerts_received = m.create_counter(
+            "pdscale_alerts_received", description="Alerts received by severity and status")
+        if spec.gpu_budget is not None:
+            self.budget.set(spec.gpu_budget, {})
+
+    def _maybe_otlp(self) -> None:
+        if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            return
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+                OTLPSpanExporter,
+            )
+        except ImportError:
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp "
+                        "is not installed: pip install opentelemetry-exporter-otlp-proto-http")
+            return
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+
+    def labels(self, key: PoolKey) -> dict[str, str]:
+        return self._labels.get(key, {"pdscale_service": key[0], "pdscale_pool": key[1].value})
+
+    def record_decision(self, key: PoolKey, *, desired: int, cause: str,
+                        detail: Mapping[str, Any], current: int, ready: int,
+                        gpus_per_replica: int, cold_start_p90_s: float | None,
+                        forecast: Mapping[str, Any] | None, now_s: float) -> None:
+        labels = self.labels(key)
+        self.desired.set(desired, labels)
+        self.ready.set(ready, labels)
+        self.gpus.set(current * gpus_per_replica, labels)
+        self.last_decision.set(now_s, labels)
+        direction = "up" if desired > current else "down" if desired < current else "hold"
+        self.decisions.add(1, {**labels, "reason": cause, "direction": direction})
+        demand = detail.get("demand")
+        if isinstance(demand, int | float):
+            self.observed.set(demand, labels)
+        per_replica = detail.get("capacity_per_replica")
+        if isinstance(per_replica, int | float):
+            self.capacity.set(per_replica, labels)
+        if cold_start_p90_s is not None:
+            self.cold_start.set(cold_start_p90_s, labels)
+        if forecast:
+            horizons = forecast.get("horizons_s", [])
+            for quantile, values in forecast.get("quantiles", {}).items():
+                for horizon, value in zip(horizons, values, strict=False):
+                    self.forecast.set(value, {**labels, "quantile": quantile,
+                                              "horizon_s": f"{horizon:g}"})
+
+    def record_staleness(self, key: PoolKey, signal: str, age_s: float | None) -> None:
+        if age_s is not None:
+            self.staleness.set(age_s, {**self.labels(key), "signal": signal})
+
+    def record_error(self, adapter: str, kind: str) -> None:
+        self.adapter_errors.add(1, {"adapter": adapter, "kind": kind})
+
+    def render(self) -> bytes:
+        data: bytes = generate_latest(self.registry)
+        return data
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()

@@ -1,0 +1,120 @@
+"""Cross-pool constraints: the GPU budget and P:D ratio bounds (properties and examples)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller import Observation, PoolDecision, PoolKey, PoolObservation, PoolReplicas
+from controller._constraints import Constraints, apply_constraints
+from pdscale.spec import Role, SpecError, parse_spec
+
+
+def _obs(pools: dict[PoolKey, tuple[int, int, int, float | None]]) -> Observation:
+    """key -> (min, max, gpus, latency p95)."""
+    out = {}
+    for key, (lo, hi, gpus, latency) in pools.items():
+        sig = "ttft_p95_s" if key[1] is Role.PREFILL else "itl_p95_s"
+        out[key] = PoolObservation(key, PoolReplicas(lo, 0, 0, lo, lo, hi, gpus),
+                                   {sig: latency}, 0.0)
+    return Observation(0.0, out)
+
+
+pool_st = st.tuples(st.integers(1, 3), st.integers(0, 30), st.integers(1, 4),
+                    st.one_of(st.none(), st.floats(0.0, 5.0)))
+
+
+@given(st.lists(pool_st, min_size=1, max_size=6), st.integers(0, 60),
+       st.lists(st.floats(0.1, 5.0), min_size=6, max_size=6), st.data())
+def test_budget_always_holds_and_never_exceeds_the_ask(
+        pools: list[tuple[int, int, int, float | None]], slack: int, priorities: list[float],
+        data: st.DataObject) -> None:
+    keys = [(f"s{i // 2}", Role.PREFILL if i % 2 == 0 else Role.DECODE) for i in range(len(pools))]
+    spec_pools = {}
+    decisions = {}
+    for key, (lo, extra, gpus, latency) in zip(keys, pools, strict=True):
+        hi = lo + extra
+        spec_pools[key] = (lo, hi, gpus, latency)
+        decisions[key] = PoolDecision(data.draw(st.integers(lo, hi)))
+    floor = sum(lo * g for lo, _, g, _ in spec_pools.values())
+    budget = floor + slack
+    constraints = Constraints(budget, {f"s{i}": priorities[i] for i in range(6)},
+                              {k: 0.5 for k in keys}, {})
+    out = apply_constraints(decisions, _obs(spec_pools), constraints)
+    used = sum(out[k].desired_replicas * spec_pools[k][2] for k in keys)
+    assert used <= budget
+    for k in keys:
+        assert spec_pools[k][0] <= out[k].desired_replicas <= decisions[k].desired_replicas
+    if sum(decisions[k].desired_replicas * spec_pools[k][2] for k in keys) <= budget:
+        assert all(out[k] == decisions[k] for k in keys)  # untouched when it fits
+    else:
+        # Work-conserving: no pool left short could take one more replica within the budget.
+        for k in keys:
+            if out[k].desired_replicas < decisions[k].desired_replicas:
+                assert used + spec_pools[k][2] > budget
+                assert out[k].cause == "budget"
+
+
+def test_budget_favours_priority_and_slo_deficit() -> None:
+    a, b = ("a", Role.PREFILL), ("b", Role.PREFILL)
+    obs = _obs({a: (1, 20, 1, 0.4), b: (1, 20, 1, 0.4)})
+    asks = {a: PoolDecision(10), b: PoolDecision(10)}
+    even = apply_constraints(asks, obs, Constraints(10, {"a": 1, "b": 1}, {a: 0.5, b: 0.5}, {}))
+    assert even[a].desired_replicas == even[b].desired_replicas == 5
+    ranked = apply_constraints(asks, obs, Constraints(10, {"a": 3, "b": 1},
+                                                      {a: 0.5, b: 0.5}, {}))
+    assert ranked[a].desired_replicas > ranked[b].desired_replicas
+    late = _obs({a: (1, 20, 1, 0.4), b: (1, 20, 1, 1.5)})  # b is 3x over its SLO
+    deficit = apply_constraints(asks, late, Constraints(10, {"a": 1, "b": 1},
+                                                        {a: 0.5, b: 0.5}, {}))
+    assert deficit[b].desired_replicas > deficit[a].desired_replicas
+    assert "SLO deficit 2.00" in deficit[b].reasons[-1] or "SLO deficit" in deficit[a].reasons[-1]
+
+
+@given(st.integers(1, 30), st.integers(1, 30), st.floats(0.2, 4.0), st.floats(0.2, 4.0))
+def test_ratio_bounds_only_raise(p: int, d: int, lo: float, span: float) -> None:
+    hi = lo + span
+    kp, kd = ("s", Role.PREFILL), ("s", Role.DECODE)
+    obs = _obs({kp: (1, 200, 1, None), kd: (1, 200, 1, None)})
+    out = apply_constraints({kp: PoolDecision(p), kd: PoolDecision(d)}, obs,
+                            Constraints(None, {}, {}, {"s": (lo, hi)}))
+    p2, d2 = out[kp].desired_replicas, out[kd].desired_replicas
+    assert p2 >= p and d2 >= d
+    # Either both bounds hold, or a pool hit its max (and the reason says so).
+    if p2 < 200 and d2 < 200:
+        assert lo * d2 <= p2 + 1e-9 and p2 <= hi * d2 + 1e-9
+
+
+def test_ratio_says_when_max_replicas_stops_it() -> None:
+    kp, kd = ("s", Role.PREFILL), ("s", Role.DECODE)
+    obs = _obs({kp: (1, 3, 1, None), kd: (1, 50, 1, None)})
+    out = apply_constraints({kp: PoolDecision(1), kd: PoolDecision(20)}, obs,
+                            Constraints(None, {}, {}, {"s": (0.5, None)}))
+    assert out[kp].desired_replicas == 3
+    assert "bound not met" in out[kp].reasons[-1] and out[kp].cause == "ratio"
+
+
+def test_spec_rejects_a_budget_below_the_minimums_and_inverted_ratio() -> None:
+    text = """
+version: 1
+gpu_budget: 3
+services:
+  - name: chat
+    namespace: llm
+    engine: vllm
+    model_name: m
+    slo: {ttft_p95_s: 0.5, itl_p95_s: 0.05}
+    pd_ratio: {min: 2, max: 1}
+    pools:
+      prefill: {target: {name: p}, min_replicas: 2, max_replicas: 4}
+      decode: {target: {name: d}, min_replicas: 2, max_replicas: 4}
+"""
+    with pytest.raises(SpecError) as info:
+        parse_spec(text)
+    text_all = str(info.value)
+    assert "min <= max" in text_all
+    text_ok_ratio = text.replace("pd_ratio: {min: 2, max: 1}", "pd_ratio: {min: 1, max: 2}")
+    with pytest.raises(SpecError) as info:
+        parse_spec(text_ok_ratio)
+    assert "gpu_budget" in str(info.value) and "4 GPUs" in str(info.value)

@@ -1,0 +1,227 @@
+"""The reconcile loop on an injected clock against an in-memory cluster: failure isolation,
+leadership, dry run, recommendation mode, alert overrides, refits off the tick path, metrics
+and traces."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from controller import build_policy
+from controller._constraints import Constraints
+from controller._reconciler import Reconciler
+from pdscale.spec import Role, Spec, parse_spec
+from telemetry import ControllerTelemetry
+from tests.controller.memory_cluster import ManualClock, MemoryCluster
+
+SPEC = """
+version: 1
+services:
+  - name: chat
+    namespace: llm
+    engine: vllm
+    model_name: llama
+    slo: {ttft_p95_s: 0.5, itl_p95_s: 0.05}
+    pools:
+      prefill: {target: {name: chat-prefill}, min_replicas: 1, max_replicas: 20}
+      decode: {target: {name: chat-decode}, min_replicas: 1, max_replicas: 20}
+  - name: batch
+    namespace: llm
+    engine: vllm
+    model_name: llama
+    slo: {ttft_p95_s: 2.5, itl_p95_s: 0.1}
+    pools:
+      prefill: {target: {name: batch-prefill}, min_replicas: 1, max_replicas: 20}
+      decode: {target: {name: batch-decode}, min_replicas: 1, max_replicas: 20}
+"""
+
+P = ("chat", Role.PREFILL)
+D = ("chat", Role.DECODE)
+BP = ("batch", Role.PREFILL)
+
+
+def _spec(extra: str = "") -> Spec:
+    return parse_spec(SPEC + extra)
+
+
+def _reconciler(spec: Spec, *, leader: bool = True, mode: str = "act", dry_run: bool = False,
+                exporter: InMemorySpanExporter | None = None
+                ) -> tuple[Reconciler, MemoryCluster, ManualClock]:
+    clock = ManualClock()
+    cluster = MemoryCluster(spec, clock)
+    processors = (SimpleSpanProcessor(exporter),) if exporter is not None else ()
+    telemetry = ControllerTelemetry(spec, span_processors=processors)
+    rec = Reconciler(build_policy(spec, refit_inline=False), cluster, cluster, clock,
+                     constraints=Constraints.from_spec(spec), telemetry=telemetry,
+                     tick_s=15, mode=mode,  # type: ignore[arg-type]
+                     dry_run=dry_run, is_leader=lambda: leader, refit_in_background=True)
+    return rec, cluster, clock
+
+
+def _load(cluster: MemoryCluster, prefill: float, decode: float) -> None:
+    for key in cluster.pools:
+        cluster.set_demand(key, prefill if key[1] is Role.PREFILL else decode)
+
+
+def test_scales_up_with_load_and_records_reasons() -> None:
+    rec, cluster, _clock = _reconciler(_spec())
+    _load(cluster, 200_000, 30_000)
+    report = rec.tick()
+    assert not report.errors and report.leader
+    assert report.decisions[P].outcome == "applied"
+    assert cluster.pools[P].desired > 1 and cluster.pools[D].desired > 1
+    assert report.decisions[P].cause == "forecast"
+    assert report.decisions[P].detail["signal"] == "prompt_tokens_per_s"
+    assert report.decisions[P].detail["capacity_per_replica"] > 0
+    _, _replicas, reasons = cluster.writes[0]
+    assert any("capacity" in r for r in reasons)
+    metrics = rec.telemetry.render().decode()
+    assert 'pdscale_desired_replicas{' in metrics
+    line = next(x for x in metrics.splitlines() if x.startswith("pdscale_desired_replicas{")
+                and 'pdscale_service="chat"' in x and 'pdscale_pool="prefill"' in x)
+    assert 'namespace="llm"' in line and 'model_name="llama"' in line
+    assert float(line.rsplit(" ", 1)[1]) == cluster.pools[P].desired
+    assert 'pdscale_decisions_total{' in metrics and 'reason="forecast"' in metrics
+
+
+def test_prometheus_down_costs_the_tick_not_the_process_and_never_scales_down() -> None:
+    rec, cluster, clock = _reconciler(_spec())
+    _load(cluster, 200_000, 30_000)
+    rec.tick()
+    before = {k: p.desired for k, p in cluster.pools.items()}
+    cluster.prometheus_down = True
+    for _ in range(40):  # 10 minutes: longer than the stabilisation window
+        clock.t += 15
+        report = rec.tick()
+        assert any(e.adapter == "prometheus" for e in report.errors)
+        assert all(d.cause == "degraded" for d in report.decisions.values())
+    assert {k: p.desired for k, p in cluster.pools.items()} == before
+    assert 'adapter="prometheus"' in rec.telemetry.render().decode()
+    status = rec.snapshot()
+    assert status["recent_errors"][-1]["adapter"] == "prometheus"
+    cluster.prometheus_down = False
+    clock.t += 15
+    assert not rec.tick().errors
+
+
+def test_one_pool_failing_to_scale_does_not_stop_the_others() -> None:
+    rec, cluster, _ = _reconciler(_spec())
+    _load(cluster, 200_000, 30_000)
+    cluster.reject.add(P)
+    cluster.unavailable.add(D)
+    report = rec.tick()
+    assert report.decisions[P].outcome == "failed" and report.decisions[D].outcome == "failed"
+    assert report.decisions[BP].outcome == "applied"
+    kinds = {(e.adapter, e.kind, e.pool) for e in report.errors}
+    assert ("kubernetes", "rejected", P) in kinds and ("kubernetes", "unavailable", D) in kinds
+
+
+@pytest.mark.parametrize(("leader", "mode", "dry_run", "outcome"), [
+    (False, "act", False, "standby"),
+    (True, "act", True, "dry_run"),
+    (True, "recommend", False, "recommend"),
+])
+def test_only_an_acting_leader_writes(leader: bool, mode: str, dry_run: bool,
+                                      outcome: str) -> None:
+    rec, cluster, _ = _reconciler(_spec(), leader=leader, mode=mode, dry_run=dry_run)
+    _load(cluster, 200_000, 30_000)
+    report = rec.tick()
+    assert not cluster.writes
+    assert report.decisions[P].outcome == outcome
+    assert report.decisions[P].desired > 1  # decided all the same
+    metrics = rec.telemetry.render().decode()
+    assert "pdscale_desired_replicas{" in metrics  # recommendation mode exports this
+
+
+def test_alert_floor_and_hold_then_release() -> None:
+    rec, cluster, clock = _reconciler(_spec())
+    _load(cluster, 1_000, 100)
+    rec.tick()
+    assert cluster.pools[P].desired == 1
+    rec.overrides.floor(P, 5, clock.t + 600, "fp1", "LLMTimeToFirstTokenHigh firing")
+    rec.overrides.hold(P, clock.t + 600, "fp1", "LLMTimeToFirstTokenHigh firing")
+    clock.t += 15
+    report = rec.tick()
+    assert cluster.pools[P].desired == 5 and report.decisions[P].cause == "reaction"
+    assert any("reaction" in r for r in report.decisions[P].reasons)
+    rec.overrides.floor(P, 1, clock.t + 600, "fp2", "x")  # a lower floor changes nothing
+    for _ in range(30):  # the hold (600 s) keeps the pool up although demand is low
+        clock.t += 15
+        rec.tick()
+    assert cluster.pools[P].desired == 5
+    assert rec.overrides.release("fp1") == 2
+    for _ in range(60):
+        clock.t += 15
+        rec.tick()
+    assert cluster.pools[P].desired < 5  # scale-down resumes, stepwise
+
+
+def test_holds_expire_by_themselves() -> None:
+    rec, _cluster, clock = _reconciler(_spec())
+    rec.overrides.hold(P, clock.t + 60, "fp", "x")
+    assert rec.overrides.active(clock.t)["holds"]
+    clock.t += 61
+    assert not rec.overrides.active(clock.t)["holds"]
+
+
+def test_refits_run_off_the_tick_path() -> None:
+    spec = _spec()
+    rec, cluster, clock = _reconciler(spec)
+    policy = rec.policy
+    assert hasattr(policy, "warm")
+    times = [clock.t - 7200 + 60 * i for i in range(120)]
+    policy.warm(P, times, [100_000.0 + 1000 * (i % 10) for i in range(120)])  # type: ignore[attr-defined]
+    _load(cluster, 100_000, 10_000)
+    rec.tick()
+    # The tick scheduled the refit on the worker and did not fit inline.
+    assert P in rec._refits
+    rec.wait_for_refits()
+    assert policy.state[P].forecaster.fitted is not None  # type: ignore[attr-defined]
+    clock.t += 15
+    report = rec.tick()
+    assert report.decisions[P].detail["forecast"] is not None
+    rec.close()
+
+
+def test_each_tick_is_a_trace_with_its_steps() -> None:
+    exporter = InMemorySpanExporter()
+    rec, cluster, _ = _reconciler(_spec(), exporter=exporter)
+    _load(cluster, 200_000, 30_000)
+    rec.tick()
+    spans = exporter.get_finished_spans()
+    tick = next(s for s in spans if s.name == "pdscale.tick")
+    children = {s.name for s in spans if s.parent is not None
+                and s.parent.span_id == tick.context.span_id}
+    assert {"observe", "decide", "act"} <= children
+    assert tick.attributes is not None and tick.attributes["pdscale.pools"] == 4
+
+
+def test_run_loop_ticks_on_the_clock_and_stops() -> None:
+    rec, cluster, clock = _reconciler(_spec())
+    _load(cluster, 200_000, 30_000)
+    stop = threading.Event()
+    start = clock.t
+    original = rec.tick
+
+    def counting_tick():  # type: ignore[no-untyped-def]
+        report = original()
+        if rec.ticks >= 5:
+            stop.set()
+        return report
+
+    rec.tick = counting_tick  # type: ignore[method-assign]
+    rec.run(stop)
+    assert rec.ticks == 5
+    assert clock.t - start == pytest.approx(4 * 15)
+
+
+def test_budget_and_ratio_apply_in_the_loop() -> None:
+    spec = _spec("gpu_budget: 10\n")
+    rec, cluster, _ = _reconciler(spec)
+    _load(cluster, 2_000_000, 300_000)
+    report = rec.tick()
+    assert sum(p.desired * p.gpus for p in cluster.pools.values()) <= 10
+    assert any(d.cause == "budget" for d in report.decisions.values())
