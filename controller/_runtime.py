@@ -35,9 +35,55 @@ from telemetry import (
     PrometheusUnavailable,
 )
 
-__all__ = ["Controller", "reader_from_spec"]
+__all__ = ["Controller", "KubeConfigError", "kube_client", "reader_from_spec", "serve"]
 
 log = logging.getLogger("pdscale.controller")
+
+
+class KubeConfigError(Exception):
+    """No usable Kubernetes configuration (not in a cluster, or a bad kubeconfig)."""
+
+
+def kube_client(kubeconfig: str | None) -> k8s.ApiClient:
+    """The API client: from ``kubeconfig`` when given, else the in-cluster ServiceAccount."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        if kubeconfig:
+            if not Path(kubeconfig).is_file():
+                raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist")
+            api: k8s.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig)
+            return api
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except ConfigException as exc:
+        raise KubeConfigError(str(exc)) from exc
+    return k8s.ApiClient()
+
+
+def serve(controller: Controller, host: str, port: int, *, log_level: str = "info") -> str | None:
+    """Run the loops and the HTTP API until SIGTERM or Ctrl-C; stop cleanly (the lease is
+    handed back). Returns the name of the signal that stopped it."""
+    import signal
+
+    import uvicorn
+
+    from controller._api import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(controller), host=host, port=port,
+                                           log_level=log_level.lower(), access_log=False))
+    # uvicorn shuts down on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
+    # with these, that ends here instead of killing the process mid-cleanup.
+    stopping: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    controller.start()
+    try:
+        server.run()
+    finally:
+        controller.stop()
+    return signal.Signals(stopping[0]).name if stopping else None
 
 
 def reader_from_spec(spec: Spec, url: str | None = None) -> PrometheusReader:

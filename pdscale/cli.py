@@ -482,18 +482,6 @@ def _parse_listen(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 
-def _kube_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise ConfigException(f"kubeconfig {kubeconfig} does not exist")
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
@@ -503,19 +491,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # pdscale logs the failure itself
-    from kubernetes.config.config_exception import ConfigException
+    from controller._runtime import (
+        Controller,
+        KubeConfigError,
+        kube_client,
+        reader_from_spec,
+        serve,
+    )
 
     try:
-        api = _kube_client(args.kubeconfig)
-    except ConfigException as exc:
+        api = kube_client(args.kubeconfig)
+    except KubeConfigError as exc:
         _err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
              "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
         return EXIT_BAD_INPUT
-    import uvicorn
-
-    from controller._api import create_app
-    from controller._runtime import Controller, reader_from_spec
-
     try:
         reader = reader_from_spec(spec, url=args.prometheus_url)
     except (OSError, ValueError) as exc:
@@ -528,27 +517,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             leader_election=False if args.no_leader_election else None,
                             **kwargs)
     host, port = args.listen
-    server = uvicorn.Server(uvicorn.Config(create_app(controller), host=host, port=port,
-                                           log_level=args.log_level.lower(),
-                                           access_log=False))
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
           f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
-    import signal
-
-    # uvicorn shuts down on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
-    # with these, that ends here and the controller stops cleanly (lease handed back).
-    stopping: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
-    controller.start()
-    try:
-        server.run()
-    finally:
-        controller.stop()
-    print("pdscale: stopped" + (f" ({signal.Signals(stopping[0]).name})" if stopping else ""),
-          file=sys.stderr)
+    stopped_by = serve(controller, host, port, log_level=args.log_level)
+    print("pdscale: stopped" + (f" ({stopped_by})" if stopped_by else ""), file=sys.stderr)
     return EXIT_OK
 
 
