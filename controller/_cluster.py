@@ -1,8 +1,8 @@
 """The controller in a cluster: observations from Prometheus and Kubernetes, the policy built
 from the spec, and history warm-up at start-up.
 
-Per tick: one Prometheus query per signal for every pool (the count does not grow with the
-pools) and one GET per pool for its replicas (two for custom resources: scale and status).
+Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIST per
+(namespace, workload kind) for the replicas: neither count grows with the pools.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
-from controller._kube import KubeRejected, KubeScaleActuator, KubeUnavailable
+from controller._kube import KubeScaleActuator, KubeUnavailable
 from controller._policy import PdscalePolicy
 from controller._reconciler import AdapterError, SourceResult
 from pdscale.spec import Role, Spec
@@ -61,16 +61,19 @@ class ClusterSource:
             signals = {}
         pools: dict[PoolKey, PoolObservation] = {}
         staleness: dict[PoolKey, dict[str, float | None]] = {}
+        statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services
+                                            for role in s.pools])
         for svc in self.spec.services:
             for role, pool in svc.pools.items():
                 key = (svc.name, role)
-                try:
-                    status = self.kube.read_status(key)
-                except KubeUnavailable as exc:
-                    errors.append(AdapterError("kubernetes", "unavailable", str(exc), key, now_s))
+                status = statuses[key]
+                if isinstance(status, KubeUnavailable):
+                    errors.append(AdapterError("kubernetes", "unavailable", str(status), key,
+                                               now_s))
                     continue
-                except KubeRejected as exc:
-                    errors.append(AdapterError("kubernetes", "rejected", str(exc), key, now_s))
+                if isinstance(status, Exception):
+                    errors.append(AdapterError("kubernetes", "rejected", str(status), key,
+                                               now_s))
                     continue
                 values = signals.get(key, {})
                 ages = [v.age_s for v in values.values() if v.age_s is not None]

@@ -165,6 +165,43 @@ class PdscalePolicy:
         fc.refit(now)
         return fc.fit_seconds
 
+    def _compute_forecast(self, key: PoolKey, now: float, lead_s: float) -> float:
+        fc = self.state[key].forecaster
+        assert fc is not None and fc.fitted is not None
+        cache_key = (id(fc.fitted), round(lead_s))
+        horizons = np.arange(self.resolution_s, lead_s + self.resolution_s, self.resolution_s)
+        table = fc.forecast(horizons)
+        value = float(table[:, -1].max())
+        self._forecast_cache[key] = (cache_key, value, now)
+        self.last_forecast[key] = {
+            "at_s": now, "horizons_s": [float(h) for h in horizons],
+            "quantiles": {f"{q:g}": [float(x) for x in table[:, i]]
+                          for i, q in enumerate(fc.model.quantiles)}}
+        return value
+
+    def lead_s(self, key: PoolKey) -> float:
+        return self.state[key].cold_start.p90_s + self.tick_s
+
+    def stale_forecasts(self, now: float, within_s: float) -> list[PoolKey]:
+        """Pools whose cached forecast expires within ``within_s`` (a caller may refresh them
+        off its tick path with :meth:`refresh_forecast`)."""
+        out = []
+        for key, st in self.state.items():
+            fc = st.forecaster
+            if fc is None or fc.fitted is None:
+                continue
+            cached = self._forecast_cache.get(key)
+            if cached is None or cached[0] != (id(fc.fitted), round(self.lead_s(key))) or \
+                    now + within_s - cached[2] >= self.forecast_every_s:
+                out.append(key)
+        return out
+
+    def refresh_forecast(self, key: PoolKey, now: float) -> None:
+        fc = self.state[key].forecaster
+        if fc is not None and fc.fitted is not None:
+            with contextlib.suppress(SeriesError, ValueError):
+                self._compute_forecast(key, now, self.lead_s(key))
+
     def _forecast_max(self, key: PoolKey, now: float, lead_s: float) -> tuple[float | None, str]:
         st = self.state[key]
         fc = st.forecaster
@@ -179,19 +216,14 @@ class PdscalePolicy:
             # step; the current demand still enters every tick through max(demand, forecast)).
             cache_key = (id(fc.fitted), round(lead_s))
             cached = self._forecast_cache.get(key)
-            if cached is not None and cached[0] == cache_key and \
-                    now - cached[2] < self.forecast_every_s:
+            fresh = cached is not None and cached[0] == cache_key and \
+                now - cached[2] < self.forecast_every_s
+            if cached is not None and (fresh or not self.refit_inline):
+                # Off-tick mode: a caller's worker refreshes expiring forecasts
+                # (stale_forecasts / refresh_forecast); until it has, the last one stands.
                 value = cached[1]
             else:
-                horizons = np.arange(self.resolution_s, lead_s + self.resolution_s,
-                                     self.resolution_s)
-                table = fc.forecast(horizons)
-                value = float(table[:, -1].max())
-                self._forecast_cache[key] = (cache_key, value, now)
-                self.last_forecast[key] = {
-                    "at_s": now, "horizons_s": [float(h) for h in horizons],
-                    "quantiles": {f"{q:g}": [float(x) for x in table[:, i]]
-                                  for i, q in enumerate(fc.model.quantiles)}}
+                value = self._compute_forecast(key, now, lead_s)
         except (SeriesError, ValueError) as exc:
             return None, f"forecast unavailable ({exc}); sizing on the current demand"
         return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"

@@ -212,6 +212,7 @@ class Reconciler:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._refits: dict[PoolKey, Future[float]] = {}
+        self._forecasts: Future[None] | None = None
         self._executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdscale-refit")
                           if refit_in_background else None)
 
@@ -236,6 +237,17 @@ class Reconciler:
                                              key, now))
             else:
                 self._refits[key] = self._executor.submit(policy.refit, key, now)
+        # Forecasts that expire before the next tick are recomputed on the worker too, so a
+        # tick reuses them instead of predicting for every pool at once.
+        if self._executor is not None and (self._forecasts is None or self._forecasts.done()):
+            stale = policy.stale_forecasts(now, within_s=self.tick_s)
+            if stale:
+                self._forecasts = self._executor.submit(self._refresh, policy, stale, now)
+
+    @staticmethod
+    def _refresh(policy: PdscalePolicy, keys: list[PoolKey], now: float) -> None:
+        for key in keys:
+            policy.refresh_forecast(key, now)
 
     def wait_for_refits(self, timeout_s: float = 60.0) -> None:
         for future in list(self._refits.values()):

@@ -172,6 +172,8 @@ class Controller:
                                                        for k, n in taken.items()}}
             for key in self.policy.pending_refits(now):
                 self.policy.refit(key, now)
+            for key in self.policy.stale_forecasts(now, within_s=0.0):
+                self.policy.refresh_forecast(key, now)
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             self.reconciler.errors.append(AdapterError("prometheus", "unavailable",
                                                        f"history warm-up: {exc}", None, now))

@@ -55,8 +55,8 @@ class OnlineForecaster:
                 keep = int(np.searchsorted(np.array(self._times), cutoff))
                 del self._times[:keep], self._values[:keep]
             fitted = self.fitted
-        if fitted is not None and t_s > fitted.t_last_ + fitted.resolution_s / 2:
-            fitted.update(np.array([[t_s]]), np.array([value]))
+            if fitted is not None and t_s > fitted.t_last_ + fitted.resolution_s / 2:
+                fitted.update(np.array([[t_s]]), np.array([value]))
 
     def refit_due(self, now_s: float) -> bool:
         return self.last_fit_s is None or now_s - self.last_fit_s >= self.refit_every_s
@@ -82,9 +82,11 @@ class OnlineForecaster:
 
     def forecast(self, horizons_s: FloatArray) -> FloatArray:
         """(len(horizons), n_quantiles) from the latest observation."""
-        if self.fitted is None:
-            raise SeriesError("no fitted model yet: call refit() once there is history")
-        started = time.perf_counter()
-        out = self.fitted.predict_quantiles(self.fitted.t_last_ + np.asarray(horizons_s)[:, None])
-        self.predict_seconds = time.perf_counter() - started
+        with self._lock:  # observe() may update the model from another thread
+            if self.fitted is None:
+                raise SeriesError("no fitted model yet: call refit() once there is history")
+            started = time.perf_counter()
+            out = self.fitted.predict_quantiles(
+                self.fitted.t_last_ + np.asarray(horizons_s)[:, None])
+            self.predict_seconds = time.perf_counter() - started
         return out

@@ -119,6 +119,7 @@ def test_rbac_covers_the_spec_targets_and_nothing_more() -> None:
             for verb in ("get", "update", "patch"):
                 assert _allows(cluster, group, f"{plural}/scale", verb), (group, plural, verb)
             assert _allows(cluster, group, plural, "get")
+            assert _allows(cluster, group, plural, "list")  # one LIST per namespace and kind
     assert _allows(cluster, "", "events", "create")
     # Least privilege: no wildcards, no pod rights, nothing that deletes or lists secrets.
     for rule in cluster + _rules(objs, "Role"):

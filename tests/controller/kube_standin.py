@@ -24,6 +24,8 @@ _SCALE = re.compile(r"^/apis/(?P<gv>[^/]+/[^/]+|apps/v1)/namespaces/(?P<ns>[^/]+
 _EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 _OBJECT = re.compile(r"^/apis/(?P<gv>[^/]+/[^/]+|apps/v1)/namespaces/(?P<ns>[^/]+)/"
                      r"(?P<plural>[^/]+)/(?P<name>[^/]+)$")
+_LIST = re.compile(r"^/apis/(?P<gv>[^/]+/[^/]+|apps/v1)/namespaces/(?P<ns>[^/]+)/"
+                   r"(?P<plural>[^/]+)$")
 _LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases"
                      r"(?:/(?P<name>[^/]+))?$")
 _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
@@ -48,6 +50,7 @@ class ApiState:
     """Bump the object's version before the next N writes (a concurrent writer)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     writes: int = 0
+    lists: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, namespace: str, plural: str, name: str, replicas: int) -> None:
@@ -186,6 +189,18 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
                         self._send(403, _status(403, "Forbidden", "cannot patch pods"))
                         return
                     self._pod(method, m["ns"], m["name"], body)
+                    return
+                m = _LIST.match(path)
+                if m and method == "GET":
+                    if m["ns"] in state.forbidden_namespaces:
+                        self._send(403, _status(403, "Forbidden", f"cannot list {m['plural']}"))
+                        return
+                    items = [self._object(ns, plural, name, obj, m["gv"])
+                             for (ns, plural, name), obj in state.objects.items()
+                             if ns == m["ns"] and plural == m["plural"]]
+                    state.lists += 1
+                    self._send(200, {"apiVersion": m["gv"], "kind": "List", "items": items,
+                                     "metadata": {"resourceVersion": "1"}})
                     return
                 scale = _SCALE.match(path)
                 m = scale or _OBJECT.match(path)
