@@ -41,6 +41,9 @@ class ApiState:
     """(namespace, name) -> pod object (metadata.labels is what patches change)."""
     fail_next: int = 0
     """Answer the next N requests with 503."""
+    on_scale: Any = None
+    """Called as on_scale(namespace, plural, name, replicas) after each scale write (an e2e
+    test forwards it to the simulator)."""
     ready_follows: bool = True
     """Ready replicas follow spec.replicas at once; False: a test moves them (cold start)."""
     forbidden_namespaces: set[str] = field(default_factory=set)
@@ -242,6 +245,8 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
                     obj["ready"] = min(obj["ready"], replicas)
                 obj["rv"] += 1
                 state.writes += 1
+                if state.on_scale is not None:
+                    state.on_scale(ns, plural, name, replicas)
                 self._send(200, self._scale(ns, name, obj, m["gv"]))
 
         def do_GET(self) -> None:

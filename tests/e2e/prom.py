@@ -136,6 +136,47 @@ def prometheus(config: dict[str, Any], workdir: Path, port: int,
         log.close()
 
 
+@contextmanager
+def alertmanager(config: dict[str, Any], workdir: Path, port: int,
+                 timeout_s: float = 30.0) -> Iterator[str]:
+    """Start the distribution's Alertmanager on loopback (no HA cluster) with ``config``."""
+    import yaml
+
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    assert binary is not None
+    cfg = workdir / "alertmanager.yml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    log = (workdir / "alertmanager.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.path={workdir / 'am-data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"alertmanager exited: "
+                                   f"{(workdir / 'alertmanager.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("alertmanager did not become ready")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
 def api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
     query = "?" + urllib.parse.urlencode(params) if params else ""
     with urllib.request.urlopen(f"{url}{path}{query}", timeout=10) as resp:
