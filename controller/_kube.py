@@ -99,6 +99,10 @@ class KubeScaleActuator:
             return KubeRejected(f"{what} was not found: check pools.*.target in the spec and "
                                 "that the object exists")
         if status == 403:
+            if verb == "list":
+                return KubeRejected(f"RBAC forbids list on {ref.plural} in namespace "
+                                    f"{ref.namespace}: grant the controller's ServiceAccount "
+                                    "get and list on them (deploy/rbac.yaml)")
             return KubeRejected(f"RBAC forbids {verb} on {ref.plural}/scale in namespace "
                                 f"{ref.namespace}: grant the controller's ServiceAccount get, "
                                 "update and patch on that scale subresource")
@@ -218,22 +222,43 @@ class KubeScaleActuator:
         return self._custom().get_namespaced_custom_object_scale(
             group, version, ref.namespace, ref.plural, ref.target.name)
 
-    def _write(self, ref: ScaleRef, replicas: int, resource_version: str) -> None:
+    def prime(self) -> None:
+        """Make the first real calls cheap: the client builds its (pydantic) validators on
+        first use, about a second per kind of call. Reads every pool once, then sends one
+        server-side dry-run write and Event per target kind (``dryRun=All``: validated by the
+        API server, never stored). Errors are left for the ticks to report."""
+        with contextlib.suppress(Exception):
+            self.read_statuses(list(self.targets))
+        seen: set[tuple[str, str]] = set()
+        for key, ref in self.targets.items():
+            kind = (ref.target.api_version, ref.target.kind)
+            if kind in seen:
+                continue
+            seen.add(kind)
+            with contextlib.suppress(Exception):
+                current, _, version = self.read_scale(key)
+                self._write(ref, current, version, dry_run=True)
+                self._post_event(ref, "PdscaleStarted", "pdscale controller started",
+                                 dry_run=True)
+
+    def _write(self, ref: ScaleRef, replicas: int, resource_version: str,
+               dry_run: bool = False) -> None:
         body: Any = {"apiVersion": "autoscaling/v1", "kind": "Scale",
                 "metadata": {"name": ref.target.name, "namespace": ref.namespace,
                              "resourceVersion": resource_version},
                 "spec": {"replicas": replicas}}
         kind = ref.target.kind
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         if ref.target.api_version == "apps/v1" and kind == "Deployment":
             self._apps().replace_namespaced_deployment_scale(ref.target.name, ref.namespace,
-                                                             body)
+                                                             body, **extra)
         elif ref.target.api_version == "apps/v1" and kind == "StatefulSet":
             self._apps().replace_namespaced_stateful_set_scale(ref.target.name, ref.namespace,
-                                                               body)
+                                                               body, **extra)
         else:
             group, version = ref.group_version
             self._custom().replace_namespaced_custom_object_scale(
-                group, version, ref.namespace, ref.plural, ref.target.name, body)
+                group, version, ref.namespace, ref.plural, ref.target.name, body, **extra)
 
     def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
         ref = self.targets[key]
@@ -265,7 +290,8 @@ class KubeScaleActuator:
         """Record a Kubernetes Event on the pool's target (alert reactions use this)."""
         self._post_event(self.targets[key], reason, message)
 
-    def _post_event(self, ref: ScaleRef, reason: str, message: str) -> None:
+    def _post_event(self, ref: ScaleRef, reason: str, message: str,
+                    dry_run: bool = False) -> None:
         now = datetime.datetime.now(datetime.UTC)
         event = k8s.CoreV1Event(
             metadata=k8s.V1ObjectMeta(generate_name=f"{ref.target.name}.pdscale-",
@@ -276,9 +302,13 @@ class KubeScaleActuator:
             reason=reason, message=message[:1024], type="Normal",
             source=k8s.V1EventSource(component=self.component), first_timestamp=now,
             last_timestamp=now, count=1)
-        if self.dry_run:
+        if self.dry_run and not dry_run:
             return
         try:
+            if dry_run:
+                k8s.CoreV1Api(self.api).create_namespaced_event(ref.namespace, event,
+                                                                dry_run="All")
+                return
             k8s.CoreV1Api(self.api).create_namespaced_event(ref.namespace, event)
             self.events += 1
         except ApiException:

@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 from controller._cluster import ClusterSource, warm_from_history
 from controller._constraints import Constraints
 from controller._interface import PoolKey
-from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef
+from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef, ScaleStatus
 from controller._leader import LeaseElector
 from controller._policy import build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
@@ -155,15 +155,16 @@ class Controller:
         last = self.reconciler.last.get(key)
         if last is not None:
             return max(last.current, last.desired)
-        try:
-            return self.kube.read_status(key).desired
-        except Exception:
-            return None
+        status = self.kube.read_statuses([key]).get(key)
+        return status.desired if isinstance(status, ScaleStatus) else None
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def warm(self) -> dict[str, Any]:
         """Fetch demand history so forecasts are useful at once; failure means going cold."""
+        # The Kubernetes client builds its validators on first use (about a second each):
+        # pay that here, before ready, not in the first tick or the first alert reaction.
+        self.kube.prime()
         now = self.clock.now()
         try:
             taken = warm_from_history(self.spec, self.reader, self.policy, now_s=now,

@@ -54,6 +54,7 @@ class ApiState:
     events: list[dict[str, Any]] = field(default_factory=list)
     writes: int = 0
     lists: int = 0
+    dry_runs: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, namespace: str, plural: str, name: str, replicas: int) -> None:
@@ -174,9 +175,14 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}") if length else {}
                 path = self.path.split("?")[0]
+                # Server-side dry run: validated and answered, never stored.
+                dry_run = method != "GET" and "dryRun=All" in self.path
+                if dry_run:
+                    state.dry_runs += 1
                 m = _EVENTS.match(path)
                 if m and method == "POST":
-                    state.events.append(body)
+                    if not dry_run:
+                        state.events.append(body)
                     self._send(201, body)
                     return
                 m = _LEASES.match(path)
@@ -237,6 +243,9 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
                 replicas = body.get("spec", {}).get("replicas")
                 if not isinstance(replicas, int) or replicas < 0:
                     self._send(422, _status(422, "Invalid", "spec.replicas must be >= 0"))
+                    return
+                if dry_run:
+                    self._send(200, self._scale(ns, name, obj, m["gv"]))
                     return
                 obj["replicas"] = replicas
                 if state.ready_follows:

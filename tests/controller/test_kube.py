@@ -88,3 +88,28 @@ def test_dry_run_never_writes(setup: tuple[ApiState, KubeScaleActuator]) -> None
     actuator.dry_run = True
     actuator.set_replicas(("chat", Role.PREFILL), 10, ["advisory"])
     assert state.writes == 0 and actuator.writes == [(("chat", Role.PREFILL), 10)]
+
+
+def test_prime_sends_dry_runs_only(setup: tuple[ApiState, KubeScaleActuator]) -> None:
+    state, actuator = setup
+    before = {k: dict(v) for k, v in state.objects.items()}
+    actuator.prime()
+    assert state.dry_runs >= 2  # a dry-run write and Event per kind
+    assert state.writes == 0 and not state.events
+    assert {k: v["replicas"] for k, v in state.objects.items()} == \
+        {k: v["replicas"] for k, v in before.items()}
+
+
+def test_one_list_per_namespace_and_kind(setup: tuple[ApiState, KubeScaleActuator]) -> None:
+    state, actuator = setup
+    out = actuator.read_statuses(list(KEYS))
+    assert state.lists == 3  # deployments, statefulsets, leaderworkersets in one namespace
+    status = out[("chat", Role.PREFILL)]
+    assert not isinstance(status, Exception)
+    assert (status.desired, status.ready) == (2, 2)
+    del state.objects[("llm", "statefulsets", "chat-decode")]
+    missing = actuator.read_statuses(list(KEYS))[("chat", Role.DECODE)]
+    assert isinstance(missing, KubeRejected) and "not found" in str(missing)
+    state.forbidden_namespaces.add("llm")
+    denied = actuator.read_statuses(list(KEYS))[("chat", Role.PREFILL)]
+    assert isinstance(denied, KubeRejected) and "RBAC" in str(denied)
