@@ -323,7 +323,7 @@ class AlertReceiver:
             self.records.append(rec)
         self.telemetry.reactions.add(1, {"action": action, "alertname": rec.alertname,
                                          "outcome": outcome})
-        if outcome in ("applied", "dry_run", "resolved", "failed") and pool is not None \
+        if outcome in ("applied", "resolved", "failed") and pool is not None \
                 and self.events is not None:
             try:
                 self.events.event(pool, "PdscaleAlertReaction",

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,9 @@ def make_spec(tmp_path: Path, extra: str = "") -> Spec:
     return parse_spec(text + extra)
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    spec = make_spec(tmp_path)
+@contextmanager
+def running(spec: Spec, token_file: Path) -> Iterator[Env]:
+    """The controller's app against the API stand-in (two pools, two pods), in process."""
     state = ApiState()
     state.add("llm", "deployments", "chat-prefill", 2)
     state.add("llm", "deployments", "chat-decode", 2)
@@ -87,8 +88,14 @@ def env(tmp_path: Path) -> Iterator[Env]:
             controller = Controller(spec, api, reader_from_spec(spec), clock=clock,
                                     identity="test-0", leader_election=False)
             with TestClient(create_app(controller)) as client:
-                yield Env(client, controller, state, clock, tmp_path / "token")
+                yield Env(client, controller, state, clock, token_file)
             controller.reconciler.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with running(make_spec(tmp_path), tmp_path / "token") as e:
+        yield e
 
 
 def alert(name: str = "LLMTimeToFirstTokenHigh", severity: str = "critical",
@@ -281,23 +288,12 @@ def test_dry_run_records_and_does_nothing(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, "")
     spec = spec.model_copy(update={"reactions": spec.reactions.model_copy(
         update={"dry_run": True})})
-    state = ApiState()
-    state.add("llm", "deployments", "chat-prefill", 2)
-    state.add("llm", "deployments", "chat-decode", 2)
-    with api_standin(state) as url:
-        config = k8s.Configuration(host=url)
-        config.retries = False
-        with k8s.ApiClient(config) as api:
-            controller = Controller(spec, api, reader_from_spec(spec), clock=ManualClock(),
-                                    leader_election=False)
-            with TestClient(create_app(controller)) as client:
-                client.post("/v1/alerts/alertmanager", content=json.dumps(payload(alert())),
-                            headers={"Content-Type": "application/json",
-                                     "Authorization": "Bearer s3cret"})
-                controller.receiver.drain_queue()
-            assert controller.receiver.records[-1].outcome == "dry_run"
-            assert controller.reconciler.overrides.active(0)["floors"] == []
-            controller.reconciler.close()
+    with running(spec, tmp_path / "token") as dry:
+        assert dry.post(payload(alert())).status_code == 200
+        dry.controller.receiver.drain_queue()
+        assert dry.controller.receiver.records[-1].outcome == "dry_run"
+        assert dry.controller.reconciler.overrides.active(0)["floors"] == []
+        assert not dry.state.events
 
 
 # -- robustness ----------------------------------------------------------------------------------
@@ -334,16 +330,5 @@ def test_generated_payloads_never_crash_the_receiver(env_for_hypothesis: Env,
 @pytest.fixture(scope="module")
 def env_for_hypothesis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("hyp")
-    spec = make_spec(tmp)
-    state = ApiState()
-    state.add("llm", "deployments", "chat-prefill", 2)
-    state.add("llm", "deployments", "chat-decode", 2)
-    with api_standin(state) as url:
-        config = k8s.Configuration(host=url)
-        config.retries = False
-        with k8s.ApiClient(config) as api:
-            controller = Controller(spec, api, reader_from_spec(spec), clock=ManualClock(),
-                                    leader_election=False)
-            with TestClient(create_app(controller)) as client:
-                yield Env(client, controller, state, ManualClock(), tmp / "token")
-            controller.reconciler.close()
+    with running(make_spec(tmp), tmp / "token") as e:
+        yield e

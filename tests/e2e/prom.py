@@ -97,26 +97,18 @@ def exporter(port: int) -> Iterator[str]:
 
 
 @contextmanager
-def prometheus(config: dict[str, Any], workdir: Path, port: int,
-               timeout_s: float = 30.0) -> Iterator[str]:
-    """Start the distribution's Prometheus on loopback with ``config``; stop it after."""
-    import yaml
-
-    binary = shutil.which("prometheus")
-    assert binary is not None
-    cfg = workdir / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT)
+def _server(name: str, argv: list[str], workdir: Path, port: int,
+            timeout_s: float) -> Iterator[str]:
+    """Run a Prometheus-family server on loopback until its /-/ready answers; stop it after."""
+    log_path = workdir / f"{name}.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
+                raise RuntimeError(f"{name} exited: {log_path.read_text()}")
             try:
                 with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
                     if resp.status == 200:
@@ -124,7 +116,7 @@ def prometheus(config: dict[str, Any], workdir: Path, port: int,
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError("prometheus did not become ready")
+                raise TimeoutError(f"{name} did not become ready")
             time.sleep(0.2)
         yield url
     finally:
@@ -134,47 +126,42 @@ def prometheus(config: dict[str, Any], workdir: Path, port: int,
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def _config(workdir: Path, name: str, config: dict[str, Any]) -> Path:
+    import yaml
+
+    path = workdir / f"{name}.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@contextmanager
+def prometheus(config: dict[str, Any], workdir: Path, port: int,
+               timeout_s: float = 30.0) -> Iterator[str]:
+    """Start the distribution's Prometheus on loopback with ``config``; stop it after."""
+    binary = shutil.which("prometheus")
+    assert binary is not None
+    cfg = _config(workdir, "prometheus", config)
+    with _server("prometheus", [
+            binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            workdir, port, timeout_s) as url:
+        yield url
 
 
 @contextmanager
 def alertmanager(config: dict[str, Any], workdir: Path, port: int,
                  timeout_s: float = 30.0) -> Iterator[str]:
     """Start the distribution's Alertmanager on loopback (no HA cluster) with ``config``."""
-    import yaml
-
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     assert binary is not None
-    cfg = workdir / "alertmanager.yml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    log = (workdir / "alertmanager.log").open("w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.path={workdir / 'am-data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: "
-                                   f"{(workdir / 'alertmanager.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("alertmanager did not become ready")
-            time.sleep(0.2)
+    cfg = _config(workdir, "alertmanager", config)
+    with _server("alertmanager", [
+            binary, f"--config.file={cfg}", f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+            "--log.level=warn"], workdir, port, timeout_s) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
