@@ -76,11 +76,12 @@ def test_amtool_accepts_the_alertmanager_config(example: tuple[str, Spec],
 
 
 def test_thresholds_without_room_are_refused() -> None:
-    text = (ROOT / "examples" / "sglang.yaml").read_text() + """
-  thresholds:
-    prefix_cache_hit_drop: {warning: {value: 0.3, for: 15m}, critical: {value: 0.31, for: 5m}}
-"""
-    spec = parse_spec(text)
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "examples" / "sglang.yaml").read_text())
+    raw.setdefault("alerts", {})["thresholds"] = {"prefix_cache_hit_drop": {
+        "warning": {"value": 0.3, "for": "15m"}, "critical": {"value": 0.31, "for": "5m"}}}
+    spec = parse_spec(yaml.safe_dump(raw))
     with pytest.raises(ScenarioError, match="LLMPrefixCacheHitRateDropped"):
         unit_tests(spec, {"qwen-sglang": "../rules/qwen-sglang.rules.yml"})
 

@@ -1,0 +1,39 @@
+"""Policies side by side (what `pdscale demo` and the policy benchmark print)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pdscale.cli import main
+from tests.conftest import ROOT
+
+
+def test_demo_compares_policies_and_writes_everything(tmp_path: Path,
+                                                       capsys: object) -> None:
+    out = tmp_path / "out"
+    code = main(["demo", "--spec", str(ROOT / "examples" / "vllm.yaml"), "--out", str(out),
+                 "--hours", "0.25", "--scale", "1", "--policies", "static,reactive"])
+    assert code == 0
+    printed = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "| policy | SLO attainment | GPU-hours" in printed
+    rows = json.loads((out / "simulation" / "comparison.json").read_text())
+    assert [r["policy"] for r in rows] == ["static", "reactive"]
+    for r in rows:
+        assert 0 <= r["slo_attainment"] <= 1 and r["gpu_hours"] > 0
+    # Static holds its peak size: it cannot use fewer GPU-hours than the policy that scales.
+    assert rows[0]["scale_actions"] == 0
+    for rel in ("simulation/comparison.md", "simulation/plots/gpu_hours_vs_attainment.png",
+                "simulation/plots/replicas_vs_load.png", "simulation/static/summary.json",
+                "simulation/reactive/timeseries.csv", "alerts/alertmanager.yaml",
+                "dashboards/pdscale-autoscaler.json"):
+        assert (out / rel).is_file(), rel
+    assert (out / "simulation" / "plots" / "replicas_vs_load.png").read_bytes()[:4] == \
+        b"\x89PNG"
+
+
+def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
+    code = main(["demo", "--out", str(tmp_path / "o"), "--policies", "static,hpa"])
+    assert code == 2
+    assert "unknown policy hpa" in capsys.readouterr().err  # type: ignore[attr-defined]
+    assert not (tmp_path / "o").exists()
