@@ -50,6 +50,10 @@ PoolKey = tuple[str, Role]
 
 log = logging.getLogger("pdscale.controller")
 
+_ERROR_KINDS = (("prometheus", "unavailable"), ("prometheus", "rejected"),
+                ("prometheus", "warmup"), ("kubernetes", "unavailable"),
+                ("kubernetes", "rejected"), ("forecaster", "error"), ("actuator", "error"),
+                ("lease", "error"), ("policy", "error"), ("source", "error"))
 _TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -116,6 +120,9 @@ class ControllerTelemetry:
             "pdscale_alerts_received", description="Alerts received by severity and status")
         if spec.gpu_budget is not None:
             self.budget.set(spec.gpu_budget, {})
+        # Counters start at 0 (Prometheus practice), so the first error shows up in rate().
+        for adapter, kind in _ERROR_KINDS:
+            self.adapter_errors.add(0, {"adapter": adapter, "kind": kind})
 
     def _maybe_otlp(self) -> None:
         if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):

@@ -137,7 +137,8 @@ def test_health_readiness_status_metrics_and_a_degraded_tick(env: Env) -> None:
     metrics = env.client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     assert 'pdscale_decisions_total{' in metrics.text and 'reason="degraded"' in metrics.text
-    assert 'pdscale_adapter_errors_total{adapter="prometheus"' in metrics.text
+    assert _counter(metrics.text, "pdscale_adapter_errors_total",
+                    adapter="prometheus", kind="unavailable") >= 1
     decisions = env.client.get("/v1/decisions", params={"pool": "decode"}).json()
     assert [d["pool"] for d in decisions["decisions"]] == ["decode"]
     assert env.client.get("/v1/forecast").json()["pools"] == {}
@@ -332,3 +333,11 @@ def env_for_hypothesis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env
     tmp = tmp_path_factory.mktemp("hyp")
     with running(make_spec(tmp), tmp / "token") as e:
         yield e
+
+
+def _counter(text: str, name: str, **labels: str) -> float:
+    """The value of one series in a Prometheus text exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

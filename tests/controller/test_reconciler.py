@@ -99,7 +99,8 @@ def test_prometheus_down_costs_the_tick_not_the_process_and_never_scales_down() 
         assert any(e.adapter == "prometheus" for e in report.errors)
         assert all(d.cause == "degraded" for d in report.decisions.values())
     assert {k: p.desired for k, p in cluster.pools.items()} == before
-    assert 'adapter="prometheus"' in rec.telemetry.render().decode()
+    assert _counter(rec.telemetry.render().decode(), "pdscale_adapter_errors_total",
+                    adapter="prometheus", kind="unavailable") >= 1
     status = rec.snapshot()
     assert status["recent_errors"][-1]["adapter"] == "prometheus"
     cluster.prometheus_down = False
@@ -225,3 +226,59 @@ def test_budget_and_ratio_apply_in_the_loop() -> None:
     report = rec.tick()
     assert sum(p.desired * p.gpus for p in cluster.pools.values()) <= 10
     assert any(d.cause == "budget" for d in report.decisions.values())
+
+
+def test_the_controller_exports_every_series_its_dashboards_and_alerts_read() -> None:
+    """The autoscaler dashboard and the control-plane alert read pdscale's own series: after a
+    tick with forecasts, staleness and an alert reaction, every one of them is exported."""
+    from alerts import alerting_groups
+    from controller._webhook import AlertmanagerAlert, AlertReceiver
+    from dashboards import build_dashboards, panel_queries
+    from telemetry import CONTROL_PLANE_METRICS, metric_names_in
+
+    spec = _spec("gpu_budget: 40\n")
+    rec, cluster, clock = _reconciler(spec)
+    policy = rec.policy
+    times = [clock.t - 7200 + 60 * i for i in range(120)]
+    for key in cluster.pools:
+        policy.warm(key, times, [50_000.0 + 500 * (i % 7) for i in range(120)])  # type: ignore[attr-defined]
+        policy.refit(key, clock.t)  # type: ignore[attr-defined]
+    _load(cluster, 100_000, 20_000)
+    original = cluster.observe
+
+    def with_ages(now_s: float):  # type: ignore[no-untyped-def]
+        result = original(now_s)
+        result.staleness = {k: {"prompt_tokens_per_s": 12.0} for k in cluster.pools}
+        return result
+
+    cluster.observe = with_ages  # type: ignore[method-assign]
+    rec.tick()
+    receiver = AlertReceiver(spec, overrides=rec.overrides, now=clock.now,
+                             telemetry=rec.telemetry, current_replicas=lambda key: 2)
+    receiver.process(AlertmanagerAlert.model_validate({
+        "status": "firing", "fingerprint": "f", "labels": {
+            "alertname": "LLMQueueBacklogHigh", "severity": "critical",
+            "pdscale_service": "chat", "pdscale_pool": "prefill"}}))
+    exported = {line.split("{")[0].split(" ")[0]
+                for line in rec.telemetry.render().decode().splitlines()
+                if line and not line.startswith("#")}
+    read: set[str] = set()
+    for doc in build_dashboards(spec):
+        for _, _, expr in panel_queries(doc.model):
+            read |= metric_names_in(expr)
+    for group in alerting_groups(spec):
+        for rule in group["rules"]:
+            read |= metric_names_in(rule["expr"])
+    wanted = read & CONTROL_PLANE_METRICS
+    assert wanted, "the dashboards and alerts read no control-plane series?"
+    assert wanted <= exported, f"read but not exported: {sorted(wanted - exported)}"
+    missing = CONTROL_PLANE_METRICS - exported
+    assert not missing, f"catalogued but never exported: {sorted(missing)}"
+
+
+def _counter(text: str, name: str, **labels: str) -> float:
+    """The value of one series in a Prometheus text exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
