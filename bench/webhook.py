@@ -159,12 +159,64 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def heap_check(alerts: int) -> list[tuple[int, float]]:
+    """In process, without HTTP: validate and handle ``alerts`` distinct alerts and sample
+    Python's traced heap (tracemalloc) every tenth of the way. A bounded heap means the
+    receiver's tables stop growing; RSS steps beyond that are the allocator's."""
+    import tracemalloc
+
+    from kubernetes import client as k8s
+
+    from controller._runtime import Controller, reader_from_spec
+    from controller._webhook import AlertmanagerPayload
+    from pdscale.spec import parse_spec
+    from tests.controller.kube_standin import ApiState, api_standin
+
+    spec = parse_spec(SPEC)
+    state = ApiState()
+    state.add("llm", "deployments", "chat-prefill", 2)
+    state.add("llm", "deployments", "chat-decode", 2)
+    samples = []
+    with api_standin(state) as url:
+        conf = k8s.Configuration(host=url)
+        conf.retries = False
+        controller = Controller(spec, k8s.ApiClient(conf), reader_from_spec(spec),
+                                leader_election=False)
+        controller.kube.prime()
+        tracemalloc.start()
+        step = max(1, alerts // 10)
+        for i in range(alerts):
+            payload = AlertmanagerPayload.model_validate(json.loads(_body(i)))
+            controller.receiver.submit(payload)
+            controller.receiver.drain_queue()
+            if (i + 1) % step == 0:
+                samples.append((i + 1, tracemalloc.get_traced_memory()[0] / 1e6))
+                print(f"  {i + 1:>8} alerts: traced heap {samples[-1][1]:6.1f} MB",
+                      file=sys.stderr, flush=True)
+        tracemalloc.stop()
+    return samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--heap", type=int, metavar="ALERTS",
+                        help="instead: handle this many distinct alerts in process and sample "
+                             "the traced Python heap (writes bench/results/webhook-heap.json)")
     args = parser.parse_args()
+    if args.heap:
+        samples = heap_check(args.heap)
+        print(f"{'alerts':>8} {'traced heap MB':>15}")
+        for n, mb in samples:
+            print(f"{n:>8} {mb:>15.1f}")
+        out = ROOT / "bench" / "results" / "webhook-heap.json"
+        out.write_text(json.dumps({"bench": "webhook-heap", "command": "bench/webhook.py "
+                                   + " ".join(sys.argv[1:]), "samples": samples}, indent=2)
+                       + "\n")
+        print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+        return 0
     from tests.conftest import free_port
 
     port = free_port()
