@@ -14,6 +14,7 @@ from controller._interface import Observation, PoolKey, PoolObservation, PoolRep
 from controller._kube import KubeScaleActuator, KubeUnavailable
 from controller._policy import PdscalePolicy
 from controller._reconciler import AdapterError, SourceResult
+from controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
 from telemetry import (
     PrometheusQueryError,
@@ -44,7 +45,8 @@ def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | Non
 
 
 class ClusterSource:
-    def __init__(self, spec: Spec, reader: PrometheusReader, kube: KubeScaleActuator) -> None:
+    def __init__(self, spec: Spec, reader: PrometheusReader,
+                 kube: KubeScaleActuator | SimBackend) -> None:
         self.spec = spec
         self.reader = reader
         self.kube = kube

@@ -25,6 +25,7 @@ from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef, ScaleS
 from controller._leader import LeaseElector
 from controller._policy import build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
+from controller._simbackend import SimBackend
 from controller._webhook import AlertReceiver, WebhookAuthenticator
 from pdscale.spec import Spec
 from telemetry import (
@@ -106,7 +107,8 @@ def reader_from_spec(spec: Spec, url: str | None = None) -> PrometheusReader:
 @dataclass
 class Controller:
     spec: Spec
-    api: k8s.ApiClient
+    api: k8s.ApiClient | None
+    """None only with ``sim_url`` (no Kubernetes)."""
     reader: PrometheusReader
     clock: Clock = field(default_factory=SystemClock)
     identity: str = field(default_factory=lambda: os.environ.get("POD_NAME")
@@ -116,6 +118,8 @@ class Controller:
     leader_election: bool | None = None
     """None: the spec's controller.leader_election.enabled."""
     span_processors: tuple[Any, ...] = ()
+    sim_url: str | None = None
+    """Drive the simulator's live mode at this URL instead of Kubernetes (``pdscale up``)."""
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -125,12 +129,18 @@ class Controller:
                                              span_processors=self.span_processors)
         targets = {(s.name, role): ScaleRef(s.namespace, p.target)
                    for s in spec.services for role, p in s.pools.items()}
-        self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
+        self.kube: Any
+        if self.sim_url is not None:
+            self.kube = SimBackend(self.sim_url, spec.services[0].name)
+            self.leader_election = False
+        else:
+            assert self.api is not None, "a Kubernetes API client, or sim_url"
+            self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
         self.policy = build_policy(spec)
         elect = c.leader_election.enabled if self.leader_election is None \
             else self.leader_election
         self.elector: LeaseElector | None = None
-        if elect and c.mode == "act":
+        if elect and c.mode == "act" and self.api is not None:
             namespace = (c.leader_election.namespace or os.environ.get("POD_NAMESPACE")
                          or "pdscale-system")
             self.elector = LeaseElector(self.api, namespace, c.leader_election.lease_name,
@@ -145,7 +155,8 @@ class Controller:
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
             telemetry=self.telemetry, current_replicas=self._current_replicas,
-            request_tick=self.reconciler.request_tick, pods=KubePodLabeler(self.api),
+            request_tick=self.reconciler.request_tick,
+            pods=KubePodLabeler(self.api) if self.api is not None else self.kube,
             events=self.kube)
         self.warm_result: dict[str, Any] | None = None
         self._stop = threading.Event()

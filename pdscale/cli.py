@@ -8,6 +8,7 @@ so ``pdscale --help`` and ``pdscale validate`` start fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -316,6 +317,194 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _wait_http(url: str, timeout_s: float, proc: Any) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from alerts import alert_files, alertmanager_config
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    folder = Path(args.dir)
+    state_file = folder / "up.json"
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        if any(_alive(p["pid"]) for p in state["processes"]):
+            _err(f"a stack is already up in {folder}: run `pdscale down --dir {folder}` first")
+            return EXIT_BAD_INPUT
+    binaries = {"prometheus": shutil.which("prometheus"),
+                "alertmanager": shutil.which("prometheus-alertmanager")
+                or shutil.which("alertmanager")}
+    missing = [name for name, path in binaries.items() if path is None]
+    if missing:
+        _err(f"{' and '.join(missing)} not found: install the distribution's packages "
+             "(apt-get install prometheus prometheus-alertmanager, or scripts/system-deps.sh)")
+        return EXIT_BAD_INPUT
+    folder.mkdir(parents=True, exist_ok=True)
+    ports = {name: _free_port() for name in ("sim", "prometheus", "alertmanager", "controller")}
+    url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    # One service (the simulator runs one), fast ticks for a sped-up simulation, no Lease.
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["services"] = raw["services"][:1]
+    raw.pop("gpu_budget", None)
+    raw["controller"].update({"tick": max(1, round(15 / args.speed)),
+                              "prometheus": {**raw["controller"]["prometheus"],
+                                             "url": url["prometheus"], "history": 3600}})
+    raw["controller"]["leader_election"]["enabled"] = False
+    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
+                                "url": f"{url['controller']}/v1/alerts/alertmanager"}
+    raw["alerts"]["webhook"].pop("credentials_file", None)
+    raw["reactions"]["auth"] = {}
+    local = folder / "spec.yaml"
+    local.write_text(yaml.safe_dump(raw, sort_keys=False))
+    local_spec = load_spec(local)
+    rules = []
+    for rel, text in alert_files(local_spec).items():
+        if rel.startswith("rules/"):
+            path = folder / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            rules.append(str(path.resolve()))
+    (folder / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": rules,
+        "alerting": {"alertmanagers": [{"static_configs": [
+            {"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]},
+        "scrape_configs": [
+            {"job_name": "simulator", "honor_labels": True,
+             "static_configs": [{"targets": [f"127.0.0.1:{ports['sim']}"]}]},
+            {"job_name": "pdscale", "honor_labels": True,
+             "static_configs": [{"targets": [f"127.0.0.1:{ports['controller']}"]}]}]},
+        sort_keys=False))
+    (folder / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config(local_spec),
+                                                            sort_keys=False))
+    py = sys.executable
+    f = folder.resolve()
+    commands = [
+        ("simulator", [py, "-m", "pdscale", "simulate", "--live", "--spec", str(local),
+                       "--trace", "synthetic", "--duration", str(args.duration), "--speed",
+                       str(args.speed), "--scale", str(args.scale), "--port",
+                       str(ports["sim"]), "--policy", "static", "--out", str(f / "sim")],
+         f"{url['sim']}/status"),
+        ("prometheus", [str(binaries["prometheus"]), f"--config.file={f / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={f / 'prometheus-data'}",
+                        f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
+                        "--log.level=warn"], f"{url['prometheus']}/-/ready"),
+        ("alertmanager", [str(binaries["alertmanager"]),
+                          f"--config.file={f / 'alertmanager.yml'}",
+                          f"--storage.path={f / 'alertmanager-data'}",
+                          f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
+                          "--cluster.listen-address=", "--log.level=warn"],
+         f"{url['alertmanager']}/-/ready"),
+        ("controller", [py, "-m", "pdscale", "run", "--spec", str(local), "--sim-url",
+                        url["sim"], "--listen", f"127.0.0.1:{ports['controller']}",
+                        "--no-leader-election", "--log-level", "warning"],
+         f"{url['controller']}/healthz"),
+    ]
+    started: list[dict[str, Any]] = []
+
+    def stop_all() -> None:
+        for p in reversed(started):
+            _terminate(p["pid"])
+
+    for name, argv, ready_url in commands:
+        log = (folder / f"{name}.log").open("w")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        started.append({"name": name, "pid": proc.pid, "url": url[
+            {"simulator": "sim"}.get(name, name)]})
+        print(f"starting {name} ...", file=sys.stderr, flush=True)
+        if not _wait_http(ready_url, 60, proc):
+            stop_all()
+            tail = (folder / f"{name}.log").read_text()[-2000:]
+            _err(f"{name} did not come up (log {folder / (name + '.log')}):\n{tail}")
+            return EXIT_FAILURE
+    state_file.write_text(json.dumps({"processes": started}, indent=2) + "\n")
+    print(f"pdscale up: a local stack on loopback (x{args.speed:g} simulated time), "
+          f"state in {folder}/")
+    print(f"  simulator   {url['sim']}/metrics  /status  POST /scale")
+    print(f"  prometheus  {url['prometheus']}  (the generated rules; alerts at /alerts)")
+    print(f"  alertmanager {url['alertmanager']}  (the generated route to pdscale)")
+    print(f"  controller  {url['controller']}/v1/status  /v1/decisions  /v1/forecast  /metrics")
+    print(f"stop it with: pdscale down --dir {folder}")
+    return EXIT_OK
+
+
+def _terminate(pid: int) -> None:
+    import os
+    import signal
+
+    if not _alive(pid):
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    import json
+
+    state_file = Path(args.dir) / "up.json"
+    if not state_file.exists():
+        print(f"pdscale down: nothing is up in {args.dir}", file=sys.stderr)
+        return EXIT_OK
+    state = json.loads(state_file.read_text())
+    for p in reversed(state["processes"]):
+        was = _alive(p["pid"])
+        _terminate(p["pid"])
+        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
+    state_file.unlink()
+    return EXIT_OK
+
+
 def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -551,7 +740,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
     try:
-        api = kube_client(args.kubeconfig)
+        api = None if args.sim_url else kube_client(args.kubeconfig)
     except KubeConfigError as exc:
         _err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
              "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
@@ -566,7 +755,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["identity"] = args.identity
     controller = Controller(spec, api, reader, dry_run=True if args.dry_run else None,
                             leader_election=False if args.no_leader_election else None,
-                            **kwargs)
+                            sim_url=args.sim_url, **kwargs)
     host, port = args.listen
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
@@ -734,6 +923,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser(
+        "up", help="start a local stack on loopback: simulator, Prometheus, Alertmanager, "
+                   "controller",
+        description="Start, in the background on loopback ports, the simulator in live mode "
+                    "(the spec's first service, synthetic trace), a real Prometheus with the "
+                    "generated rules scraping it and the controller, Alertmanager with the "
+                    "generated route, and the controller driving the simulator. Prints the "
+                    "URLs. Needs the prometheus and prometheus-alertmanager binaries.")
+    p.add_argument("--spec", default="examples/vllm.yaml")
+    p.add_argument("--dir", default=".pdscale-up", help="state, configs and logs")
+    p.add_argument("--speed", type=float, default=10.0,
+                   help="simulated seconds per wall second (default 10)")
+    p.add_argument("--duration", type=float, default=6 * 3600,
+                   help="simulated seconds of trace (default 6 h)")
+    p.add_argument("--scale", type=float, default=1.0, help="load multiplier")
+    p.set_defaults(func=_cmd_up)
+
+    p = sub.add_parser("down", help="stop the stack pdscale up started")
+    p.add_argument("--dir", default=".pdscale-up")
+    p.set_defaults(func=_cmd_down)
+
+    p = sub.add_parser(
         "run", help="run the controller (in a cluster, or against one with --kubeconfig)",
         description="Run pdscale's controller: every tick it reads the pools' signals from "
                     "Prometheus, forecasts demand one cold start ahead, and sets the prefill "
@@ -755,6 +965,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "host name)")
     p.add_argument("--no-leader-election", action="store_true",
                    help="act without a Lease (one replica only)")
+    p.add_argument("--sim-url", help="drive the simulator's live mode at this URL instead of "
+                                     "Kubernetes (what pdscale up does)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_run)
