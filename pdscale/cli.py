@@ -266,6 +266,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_spec_reference(args: argparse.Namespace) -> int:
+    from pdscale._reference import spec_reference
+
+    print(spec_reference(), end="")
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from alerts import alert_files
     from dashboards import dashboard_files
@@ -903,6 +910,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("spec-reference", help="print the spec reference (markdown)",
+                       description="Every field of a spec file, generated from the models "
+                                   "pdscale validates against (docs/spec-reference.md).")
+    p.set_defaults(func=_cmd_spec_reference)
 
     p = sub.add_parser(
         "demo", help="compare scaling policies on a synthetic trace; generate alerts and "
