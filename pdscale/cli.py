@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pdscale._servers import alive
 from pdscale.spec import Role, Spec, SpecError, load_spec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
@@ -324,49 +325,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _wait_http(url: str, timeout_s: float, proc: Any) -> bool:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.3)
-    return False
-
-
 def _cmd_up(args: argparse.Namespace) -> int:
     import json
-    import shutil
     import subprocess
 
     import yaml
 
     from alerts import alert_files, alertmanager_config
+    from pdscale._servers import (
+        alertmanager_argv,
+        find_binary,
+        free_port,
+        prometheus_argv,
+        wait_ready,
+    )
 
     spec = _load(args.spec)
     if spec is None:
@@ -375,19 +347,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
     state_file = folder / "up.json"
     if state_file.exists():
         state = json.loads(state_file.read_text())
-        if any(_alive(p["pid"]) for p in state["processes"]):
+        if any(alive(p["pid"]) for p in state["processes"]):
             _err(f"a stack is already up in {folder}: run `pdscale down --dir {folder}` first")
             return EXIT_BAD_INPUT
-    binaries = {"prometheus": shutil.which("prometheus"),
-                "alertmanager": shutil.which("prometheus-alertmanager")
-                or shutil.which("alertmanager")}
+    binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
     missing = [name for name, path in binaries.items() if path is None]
     if missing:
         _err(f"{' and '.join(missing)} not found: install the distribution's packages "
              "(apt-get install prometheus prometheus-alertmanager, or scripts/system-deps.sh)")
         return EXIT_BAD_INPUT
     folder.mkdir(parents=True, exist_ok=True)
-    ports = {name: _free_port() for name in ("sim", "prometheus", "alertmanager", "controller")}
+    ports = {name: free_port()
+             for name in ("simulator", "prometheus", "alertmanager", "controller")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     # One service (the simulator runs one), fast ticks for a sped-up simulation, no Lease.
     raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -418,7 +389,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             {"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]},
         "scrape_configs": [
             {"job_name": "simulator", "honor_labels": True,
-             "static_configs": [{"targets": [f"127.0.0.1:{ports['sim']}"]}]},
+             "static_configs": [{"targets": [f"127.0.0.1:{ports['simulator']}"]}]},
             {"job_name": "pdscale", "honor_labels": True,
              "static_configs": [{"targets": [f"127.0.0.1:{ports['controller']}"]}]}]},
         sort_keys=False))
@@ -430,20 +401,17 @@ def _cmd_up(args: argparse.Namespace) -> int:
         ("simulator", [py, "-m", "pdscale", "simulate", "--live", "--spec", str(local),
                        "--trace", "synthetic", "--duration", str(args.duration), "--speed",
                        str(args.speed), "--scale", str(args.scale), "--port",
-                       str(ports["sim"]), "--policy", "static", "--out", str(f / "sim")],
-         f"{url['sim']}/status"),
-        ("prometheus", [str(binaries["prometheus"]), f"--config.file={f / 'prometheus.yml'}",
-                        f"--storage.tsdb.path={f / 'prometheus-data'}",
-                        f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-                        "--log.level=warn"], f"{url['prometheus']}/-/ready"),
-        ("alertmanager", [str(binaries["alertmanager"]),
-                          f"--config.file={f / 'alertmanager.yml'}",
-                          f"--storage.path={f / 'alertmanager-data'}",
-                          f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
-                          "--cluster.listen-address=", "--log.level=warn"],
+                       str(ports["simulator"]), "--policy", "static", "--out", str(f / "sim")],
+         f"{url['simulator']}/status"),
+        ("prometheus", prometheus_argv(str(binaries["prometheus"]), f / "prometheus.yml",
+                                       f / "prometheus-data", ports["prometheus"]),
+         f"{url['prometheus']}/-/ready"),
+        ("alertmanager", alertmanager_argv(str(binaries["alertmanager"]),
+                                           f / "alertmanager.yml", f / "alertmanager-data",
+                                           ports["alertmanager"]),
          f"{url['alertmanager']}/-/ready"),
         ("controller", [py, "-m", "pdscale", "run", "--spec", str(local), "--sim-url",
-                        url["sim"], "--listen", f"127.0.0.1:{ports['controller']}",
+                        url["simulator"], "--listen", f"127.0.0.1:{ports['controller']}",
                         "--no-leader-election", "--log-level", "warning"],
          f"{url['controller']}/healthz"),
     ]
@@ -454,13 +422,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
             _terminate(p["pid"])
 
     for name, argv, ready_url in commands:
-        log = (folder / f"{name}.log").open("w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        started.append({"name": name, "pid": proc.pid, "url": url[
-            {"simulator": "sim"}.get(name, name)]})
+        with (folder / f"{name}.log").open("w") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        started.append({"name": name, "pid": proc.pid, "url": url[name]})
         print(f"starting {name} ...", file=sys.stderr, flush=True)
-        if not _wait_http(ready_url, 60, proc):
+        if not wait_ready(ready_url, 60, proc):
             stop_all()
             tail = (folder / f"{name}.log").read_text()[-2000:]
             _err(f"{name} did not come up (log {folder / (name + '.log')}):\n{tail}")
@@ -468,7 +435,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     state_file.write_text(json.dumps({"processes": started}, indent=2) + "\n")
     print(f"pdscale up: a local stack on loopback (x{args.speed:g} simulated time), "
           f"state in {folder}/")
-    print(f"  simulator   {url['sim']}/metrics  /status  POST /scale")
+    print(f"  simulator   {url['simulator']}/metrics  /status  POST /scale")
     print(f"  prometheus  {url['prometheus']}  (the generated rules; alerts at /alerts)")
     print(f"  alertmanager {url['alertmanager']}  (the generated route to pdscale)")
     print(f"  controller  {url['controller']}/v1/status  /v1/decisions  /v1/forecast  /metrics")
@@ -480,18 +447,18 @@ def _terminate(pid: int) -> None:
     import os
     import signal
 
-    if not _alive(pid):
+    if not alive(pid):
         return
     try:
         os.killpg(pid, signal.SIGTERM)
     except OSError:
         return
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
 
@@ -505,7 +472,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
         return EXIT_OK
     state = json.loads(state_file.read_text())
     for p in reversed(state["processes"]):
-        was = _alive(p["pid"])
+        was = alive(p["pid"])
         _terminate(p["pid"])
         print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     state_file.unlink()

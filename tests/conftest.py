@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
+from pdscale._servers import free_port as free_port  # for the tests: one loopback port picker
 from pdscale.spec import Spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,11 +33,6 @@ def need_tool(name: str) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # Property tests draw the same examples on every run: a failure in CI reproduces here.

@@ -4,7 +4,6 @@ series (the exporter stands in for vLLM, SGLang, Dynamo and DCGM pods)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from pdscale._servers import alertmanager_argv, find_binary, prometheus_argv, wait_ready
 from telemetry import KNOWN_METRICS
 
 _BUCKETS = (0.001, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -101,23 +101,12 @@ def _server(name: str, argv: list[str], workdir: Path, port: int,
             timeout_s: float) -> Iterator[str]:
     """Run a Prometheus-family server on loopback until its /-/ready answers; stop it after."""
     log_path = workdir / f"{name}.log"
-    log = log_path.open("w")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited: {log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} did not become ready")
-            time.sleep(0.2)
+        if not wait_ready(f"{url}/-/ready", timeout_s, proc):
+            raise RuntimeError(f"{name} did not become ready: {log_path.read_text()}")
         yield url
     finally:
         proc.terminate()
@@ -125,7 +114,6 @@ def _server(name: str, argv: list[str], workdir: Path, port: int,
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        log.close()
 
 
 def _config(workdir: Path, name: str, config: dict[str, Any]) -> Path:
@@ -140,13 +128,11 @@ def _config(workdir: Path, name: str, config: dict[str, Any]) -> Path:
 def prometheus(config: dict[str, Any], workdir: Path, port: int,
                timeout_s: float = 30.0) -> Iterator[str]:
     """Start the distribution's Prometheus on loopback with ``config``; stop it after."""
-    binary = shutil.which("prometheus")
+    binary = find_binary("prometheus")
     assert binary is not None
-    cfg = _config(workdir, "prometheus", config)
-    with _server("prometheus", [
-            binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            workdir, port, timeout_s) as url:
+    argv = prometheus_argv(binary, _config(workdir, "prometheus", config), workdir / "data",
+                           port)
+    with _server("prometheus", argv, workdir, port, timeout_s) as url:
         yield url
 
 
@@ -154,13 +140,11 @@ def prometheus(config: dict[str, Any], workdir: Path, port: int,
 def alertmanager(config: dict[str, Any], workdir: Path, port: int,
                  timeout_s: float = 30.0) -> Iterator[str]:
     """Start the distribution's Alertmanager on loopback (no HA cluster) with ``config``."""
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    binary = find_binary("alertmanager")
     assert binary is not None
-    cfg = _config(workdir, "alertmanager", config)
-    with _server("alertmanager", [
-            binary, f"--config.file={cfg}", f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-            "--log.level=warn"], workdir, port, timeout_s) as url:
+    argv = alertmanager_argv(binary, _config(workdir, "alertmanager", config),
+                             workdir / "am-data", port)
+    with _server("alertmanager", argv, workdir, port, timeout_s) as url:
         yield url
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pdscale._servers import alive
 from tests.conftest import ROOT, need_tool
 
 pytestmark = pytest.mark.e2e
@@ -26,14 +26,6 @@ def _pdscale(*args: str) -> subprocess.CompletedProcess[str]:
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 def test_up_runs_the_loop_and_down_stops_it(tmp_path: Path) -> None:
@@ -73,6 +65,6 @@ def test_up_runs_the_loop_and_down_stops_it(tmp_path: Path) -> None:
     assert down.returncode == 0
     assert state is not None
     for p in state["processes"]:
-        assert not _alive(p["pid"]), p["name"]
+        assert not alive(p["pid"]), p["name"]
     assert not (folder / "up.json").exists()
     assert "nothing is up" in _pdscale("down", "--dir", str(folder)).stderr
