@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
-from controller._kube import KubeScaleActuator, KubeUnavailable
+from controller._kube import KubeScaleActuator
 from controller._policy import PdscalePolicy
 from controller._reconciler import AdapterError, SourceResult
 from controller._simbackend import SimBackend
@@ -69,13 +69,8 @@ class ClusterSource:
             for role, pool in svc.pools.items():
                 key = (svc.name, role)
                 status = statuses[key]
-                if isinstance(status, KubeUnavailable):
-                    errors.append(AdapterError("kubernetes", "unavailable", str(status), key,
-                                               now_s))
-                    continue
                 if isinstance(status, Exception):
-                    errors.append(AdapterError("kubernetes", "rejected", str(status), key,
-                                               now_s))
+                    errors.append(AdapterError.from_scaling(status, key, now_s))
                     continue
                 values = signals.get(key, {})
                 ages = [v.age_s for v in values.values() if v.age_s is not None]

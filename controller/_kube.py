@@ -96,8 +96,7 @@ class KubeScaleActuator:
         what = ref.describe()
         status = int(exc.status or 0)
         if status == 404:
-            return KubeRejected(f"{what} was not found: check pools.*.target in the spec and "
-                                "that the object exists")
+            return _not_found(ref)
         if status == 403:
             if verb == "list":
                 return KubeRejected(f"RBAC forbids list on {ref.plural} in namespace "
@@ -178,9 +177,7 @@ class KubeScaleActuator:
             for key in members:
                 item = items.get(self.targets[key].target.name)
                 if item is None:
-                    out[key] = KubeRejected(f"{self.targets[key].describe()} was not found: "
-                                            "check pools.*.target in the spec and that the "
-                                            "object exists")
+                    out[key] = _not_found(self.targets[key])
                     continue
                 spec = item.get("spec") or {}
                 status = item.get("status") or {}
@@ -336,6 +333,11 @@ class KubePodLabeler:
                                    "drain_instance reactions)") from exc
             raise KubeUnavailable(f"patch pod {namespace}/{pod}: API server answered "
                                   f"{status or 'nothing'}") from exc
+
+
+def _not_found(ref: ScaleRef) -> KubeRejected:
+    return KubeRejected(f"{ref.describe()} was not found: check pools.*.target in the spec and "
+                        "that the object exists")
 
 
 def _get(obj: Any, name: str) -> Any:

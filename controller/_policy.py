@@ -168,11 +168,10 @@ class PdscalePolicy:
     def _compute_forecast(self, key: PoolKey, now: float, lead_s: float) -> float:
         fc = self.state[key].forecaster
         assert fc is not None and fc.fitted is not None
-        cache_key = (id(fc.fitted), round(lead_s))
         horizons = np.arange(self.resolution_s, lead_s + self.resolution_s, self.resolution_s)
         table = fc.forecast(horizons)
         value = float(table[:, -1].max())
-        self._forecast_cache[key] = (cache_key, value, now)
+        self._forecast_cache[key] = (self._cache_key(fc, lead_s), value, now)
         self.last_forecast[key] = {
             "at_s": now, "horizons_s": [float(h) for h in horizons],
             "quantiles": {f"{q:g}": [float(x) for x in table[:, i]]
@@ -182,6 +181,18 @@ class PdscalePolicy:
     def lead_s(self, key: PoolKey) -> float:
         return self.state[key].cold_start.p90_s + self.tick_s
 
+    @staticmethod
+    def _cache_key(fc: OnlineForecaster, lead_s: float) -> tuple[int, int]:
+        """A cached forecast holds for this fitted model and this lead only."""
+        return id(fc.fitted), round(lead_s)
+
+    def _fresh(self, key: PoolKey, fc: OnlineForecaster, lead_s: float, at_s: float) -> bool:
+        """Whether the cached forecast still holds at ``at_s`` (same model and lead, younger
+        than ``forecast_every_s``)."""
+        cached = self._forecast_cache.get(key)
+        return cached is not None and cached[0] == self._cache_key(fc, lead_s) and \
+            at_s - cached[2] < self.forecast_every_s
+
     def stale_forecasts(self, now: float, within_s: float) -> list[PoolKey]:
         """Pools whose cached forecast expires within ``within_s`` (a caller may refresh them
         off its tick path with :meth:`refresh_forecast`)."""
@@ -190,9 +201,7 @@ class PdscalePolicy:
             fc = st.forecaster
             if fc is None or fc.fitted is None:
                 continue
-            cached = self._forecast_cache.get(key)
-            if cached is None or cached[0] != (id(fc.fitted), round(self.lead_s(key))) or \
-                    now + within_s - cached[2] >= self.forecast_every_s:
+            if not self._fresh(key, fc, self.lead_s(key), now + within_s):
                 out.append(key)
         return out
 
@@ -214,11 +223,9 @@ class PdscalePolicy:
                 return None, "forecast: first fit still running, sizing on the current demand"
             # A forecast is reused for forecast_every_s (new points arrive once a resolution
             # step; the current demand still enters every tick through max(demand, forecast)).
-            cache_key = (id(fc.fitted), round(lead_s))
             cached = self._forecast_cache.get(key)
-            fresh = cached is not None and cached[0] == cache_key and \
-                now - cached[2] < self.forecast_every_s
-            if cached is not None and (fresh or not self.refit_inline):
+            if cached is not None and (self._fresh(key, fc, lead_s, now)
+                                       or not self.refit_inline):
                 # Off-tick mode: a caller's worker refreshes expiring forecasts
                 # (stale_forecasts / refresh_forecast); until it has, the last one stands.
                 value = cached[1]
@@ -261,7 +268,7 @@ class PdscalePolicy:
         st.capacity.observe_latency(latency_p95_s=latency,
                                     demand_per_replica=demand / max(r.ready, 1))
         self._record(key, pool.data_time_s, demand)
-        lead = st.cold_start.p90_s + self.tick_s
+        lead = self.lead_s(key)
         forecast, fc_reason = self._forecast_max(key, now, lead)
         sized_for = max(demand, forecast) if forecast is not None else demand
         need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas

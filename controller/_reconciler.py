@@ -63,6 +63,15 @@ class AdapterError:
     pool: PoolKey | None = None
     at_s: float = 0.0
 
+    @classmethod
+    def from_scaling(cls, exc: Exception, pool: PoolKey, at_s: float) -> AdapterError:
+        """A failed read or write of a pool's replicas, classified by what to do about it."""
+        if isinstance(exc, KubeUnavailable):
+            return cls("kubernetes", "unavailable", str(exc), pool, at_s)
+        if isinstance(exc, KubeRejected):
+            return cls("kubernetes", "rejected", str(exc), pool, at_s)
+        return cls("actuator", "error", f"{type(exc).__name__}: {exc}", pool, at_s)
+
     def as_dict(self) -> dict[str, Any]:
         return {"adapter": self.adapter, "kind": self.kind, "message": self.message,
                 "pool": None if self.pool is None else f"{self.pool[0]}/{self.pool[1].value}",
@@ -329,15 +338,8 @@ class Reconciler:
             try:
                 self.actuator.set_replicas(key, decision.desired_replicas, decision.reasons)
                 outcome = "applied"
-            except KubeUnavailable as exc:
-                errors.append(AdapterError("kubernetes", "unavailable", str(exc), key, now))
-                outcome = "failed"
-            except KubeRejected as exc:
-                errors.append(AdapterError("kubernetes", "rejected", str(exc), key, now))
-                outcome = "failed"
-            except Exception as exc:
-                errors.append(AdapterError("actuator", "error", f"{type(exc).__name__}: {exc}",
-                                           key, now))
+            except Exception as exc:  # one pool failing must not stop the others
+                errors.append(AdapterError.from_scaling(exc, key, now))
                 outcome = "failed"
         record = DecisionRecord(now, key, current, r.ready, decision.desired_replicas, outcome,
                                 decision.cause, decision.reasons, decision.detail)
