@@ -9,6 +9,7 @@ import shutil
 import socket
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -80,3 +81,16 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def write_rule_files(files: Mapping[str, str], folder: Path) -> list[str]:
+    """Write the ``rules/`` entries of ``alerts.alert_files(spec)`` under ``folder``; returns
+    their absolute paths for Prometheus' ``rule_files``."""
+    paths = []
+    for rel, text in files.items():
+        if rel.startswith("rules/"):
+            path = folder / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            paths.append(str(path.resolve()))
+    return paths

@@ -338,6 +338,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         free_port,
         prometheus_argv,
         wait_ready,
+        write_rule_files,
     )
 
     spec = _load(args.spec)
@@ -375,13 +376,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     local = folder / "spec.yaml"
     local.write_text(yaml.safe_dump(raw, sort_keys=False))
     local_spec = load_spec(local)
-    rules = []
-    for rel, text in alert_files(local_spec).items():
-        if rel.startswith("rules/"):
-            path = folder / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            rules.append(str(path.resolve()))
+    rules = write_rule_files(alert_files(local_spec), folder)
     (folder / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
         "rule_files": rules,

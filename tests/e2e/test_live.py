@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from alerts import alert_files
+from pdscale._servers import write_rule_files
 from pdscale.spec import Role, load_spec
 from simulator import EventSimulator, synthetic_trace
 from simulator._live import LiveCluster, serve_live
@@ -68,13 +69,7 @@ def test_live_metrics_rules_and_scaling(tmp_path: Path) -> None:
     try:
         assert ready.wait(10)
         live = f"http://127.0.0.1:{port[0]}"
-        rules = []
-        for rel, text in alert_files(spec).items():
-            if rel.startswith("rules/"):
-                path = tmp_path / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                rules.append(str(path))
+        rules = write_rule_files(alert_files(spec), tmp_path)
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": rules,

@@ -13,6 +13,7 @@ import pytest
 
 from alerts import alert_files, alerting_groups, recording_groups
 from dashboards import build_dashboards, panel_queries
+from pdscale._servers import write_rule_files
 from pdscale.spec import Engine, Role, Spec, load_spec
 from tests.conftest import EXAMPLES, free_port, need_tool
 from tests.e2e.prom import api, exporter, prometheus
@@ -58,14 +59,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
     need_tool("prometheus")
     workdir = tmp_path_factory.mktemp("prom")
     specs = [load_spec(p) for p in EXAMPLES]
-    rule_files = []
-    for i, spec in enumerate(specs):
-        for rel, text in alert_files(spec).items():
-            if rel.startswith("rules/"):
-                path = workdir / f"ex{i}" / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                rule_files.append(str(path))
+    rule_files = [path for i, spec in enumerate(specs)
+                  for path in write_rule_files(alert_files(spec), workdir / f"ex{i}")]
     with exporter(free_port()) as address:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

@@ -33,6 +33,7 @@ from alerts import alert_files, alertmanager_config
 from controller._api import create_app
 from controller._reconciler import SystemClock
 from controller._runtime import Controller, reader_from_spec
+from pdscale._servers import write_rule_files
 from pdscale.spec import Role, parse_spec
 from simulator import EventSimulator
 from simulator._live import LiveCluster, serve_live
@@ -149,13 +150,7 @@ def loop(tmp_path: Path) -> Iterator[dict[str, Any]]:
     names = {service.pools[r].target.name: r for r in Role}
     state.on_scale = lambda ns, plural, name, replicas: live.scale(names[name].value, replicas)
     # Rules and Alertmanager config as generated, with the timing changes in the docstring.
-    rules = []
-    for rel, text in alert_files(spec).items():
-        if rel.startswith("rules/"):
-            path = tmp_path / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            rules.append(str(path))
+    rules = write_rule_files(alert_files(spec), tmp_path)
     am_config = alertmanager_config(spec)
     am_config["route"]["routes"][0]["group_interval"] = "2s"
     am_port = free_port()
