@@ -15,6 +15,7 @@ cannot swing it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from controller._profiles import InstanceProfile
@@ -76,21 +77,33 @@ class CapacityModel:
         batch = decode_batch_at_slo(self.profile, self.slo_s, ctx)
         return batch / (self.profile.decode_step_ms(batch, batch * ctx) / 1000)
 
+    def decode_batch(self) -> int:
+        """Sequences one decode replica holds at the ITL SLO (with the correction)."""
+        ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
+        return max(1, math.floor(decode_batch_at_slo(self.profile, self.slo_s, ctx)
+                                 * min(self.correction, 1.0)))
+
     def per_replica(self) -> float:
         return self.nominal_per_replica() * self.correction
 
-    def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None
-                        ) -> None:
+    def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
+                        backlogged: bool = False) -> None:
         """Correct towards what replicas actually deliver, only from informative minutes:
-        a miss at or below planned load (optimistic model), or ample slack at >= 70 % of it."""
-        if latency_p95_s is None or demand_per_replica is None or demand_per_replica <= 0:
+        a miss at or below planned load (optimistic model), or ample slack at or above the
+        planned load (pessimistic model). Slack below the planned load says nothing: the plan
+        leaves headroom on purpose, so latency is low there whether or not the model is right
+        (correcting upwards on it made pools shrink into overload and back, in a cycle)."""
+        if demand_per_replica is None or demand_per_replica <= 0:
+            return
+        if latency_p95_s is None and not backlogged:
             return
         planned = self.per_replica()
         load = demand_per_replica / planned
         target = self.correction
-        if latency_p95_s > self.slo_s and load <= 1.0:
+        missed = backlogged or (latency_p95_s is not None and latency_p95_s > self.slo_s)
+        if missed and load <= 1.0:
             target = self.correction * max(0.7, load)
-        elif latency_p95_s < 0.5 * self.slo_s and load >= 0.7:
+        elif latency_p95_s is not None and latency_p95_s < 0.5 * self.slo_s and load >= 1.0:
             target = self.correction * 1.1
         else:
             return

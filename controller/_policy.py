@@ -79,6 +79,8 @@ class PoolPolicyState:
     cold_start: ColdStartTracker
     forecaster: OnlineForecaster | None
     needs: deque[tuple[float, int]] = field(default_factory=deque)
+    recent: deque[tuple[float, float]] = field(default_factory=deque)
+    """(time, demand) over the last ``burst_window_s``: the recent-burst floor."""
     first_seen_s: float | None = None
 
 
@@ -93,7 +95,9 @@ class PdscalePolicy:
                  max_step_down: int = 2, drain_s: float = 60.0,
                  refit_every_s: float = 900.0, resolution_s: float = 60.0,
                  min_history_s: float = 3600.0, forecast: bool = True,
-                 forecast_every_s: float = 120.0, refit_inline: bool = True) -> None:
+                 forecast_every_s: float = 120.0, refit_inline: bool = True,
+                 burst_window_s: float = 900.0, burst_quantile: float = 1.0,
+                 breach_growth: float = 1.0) -> None:
         self.tick_s = tick_s
         self.quantile = quantile
         self.stabilisation_s = stabilisation_s
@@ -104,6 +108,9 @@ class PdscalePolicy:
         self.refit_every_s = refit_every_s
         self.forecast_every_s = forecast_every_s
         self.refit_inline = refit_inline
+        self.burst_window_s = burst_window_s
+        self.burst_quantile = burst_quantile
+        self.breach_growth = breach_growth
         self.last_forecast: dict[PoolKey, dict[str, object]] = {}
         self.state: dict[PoolKey, PoolPolicyState] = {}
         for key, model in capacity.items():
@@ -235,6 +242,17 @@ class PdscalePolicy:
             return None, f"forecast unavailable ({exc}); sizing on the current demand"
         return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"
 
+    def _burst_floor(self, st: PoolPolicyState, now: float, demand: float) -> float:
+        """The ``burst_quantile`` of the demand seen over the last ``burst_window_s``: load that
+        came in bursts recently is likely to come again within a cold start, and a forecast
+        at a one-minute resolution cannot see sub-minute bursts."""
+        st.recent.append((now, demand))
+        while st.recent and st.recent[0][0] < now - self.burst_window_s:
+            st.recent.popleft()
+        if self.burst_window_s <= 0:
+            return 0.0
+        return float(np.quantile([d for _, d in st.recent], self.burst_quantile))
+
     # -- decisions --------------------------------------------------------------------------
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
@@ -265,34 +283,53 @@ class PdscalePolicy:
                                     signals.get("mean_output_tokens_interval"))
         per_replica = st.capacity.per_replica()
         latency = signals.get(LATENCY_SIGNAL[role])
+        queue = signals.get("queue_depth") or 0.0
+        # A queue of more than two requests a replica: requests wait for this pool (for
+        # decode that wait shows in TTFT, not ITL), so it counts as a miss for the model.
+        backlogged = queue > 2 * max(r.ready, 1)
         st.capacity.observe_latency(latency_p95_s=latency,
-                                    demand_per_replica=demand / max(r.ready, 1))
+                                    demand_per_replica=demand / max(r.ready, 1),
+                                    backlogged=backlogged)
         self._record(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
         forecast, fc_reason = self._forecast_max(key, now, lead)
         sized_for = max(demand, forecast) if forecast is not None else demand
+        # Decode also holds sequences: the replicas for the sequences running and waiting now
+        # (bursts of long prompts with short outputs fill KV before they fill the step).
+        seqs = None
+        if role is Role.DECODE:
+            running = signals.get("running_requests")
+            if running is not None:
+                seqs = running + queue
+                sized_for = max(sized_for, seqs / st.capacity.decode_batch() * per_replica)
+        burst = self._burst_floor(st, now, sized_for)
+        sized_for = max(sized_for, burst)
         need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas
         detail: dict[str, float | str | None] = {
             "signal": DEMAND_SIGNAL[role], "demand": demand, "prefix_cache_hit_ratio": hit,
             "forecast": forecast, "quantile": self.quantile if forecast is not None else None,
-            "lead_s": lead, "capacity_per_replica": per_replica,
+            "lead_s": lead, "capacity_per_replica": per_replica, "sequences": seqs,
+            "recent_demand_q": burst, "sized_for": sized_for,
             "capacity_correction": st.capacity.correction, "need": need}
         reasons = [f"demand {demand:.4g}/s, {fc_reason}"
-                   + (f" = {forecast:.4g}/s" if forecast is not None else ""),
+                   + (f" = {forecast:.4g}/s" if forecast is not None else "")
+                   + (f"; {seqs:.0f} sequences running or waiting" if seqs is not None else "")
+                   + (f"; q{self.burst_quantile:g} of the last {self.burst_window_s:.0f}s "
+                      f"{burst:.4g}/s" if burst > 0 else ""),
                    f"capacity {per_replica:.4g}/s per replica (correction "
                    f"{st.capacity.correction:.2f}), lead {lead:.0f}s -> need {need}"]
         # Fast reactive path: latency over the SLO or a queue: drain the backlog in drain_s.
-        queue = signals.get("queue_depth") or 0.0
         slo = st.capacity.slo_s
         reactive = 0
-        if (latency is not None and latency > slo) or queue > 2 * max(r.ready, 1):
+        if (latency is not None and latency > slo) or backlogged:
             per_request = (st.capacity.mean_prompt_tokens if role is Role.PREFILL
                            else st.capacity.mean_output_tokens)
             backlog = queue * per_request
             reactive = r.ready + math.ceil(backlog / (per_replica * self.drain_s)) \
                 if per_replica > 0 else r.max_replicas
             if latency is not None and latency > slo:
-                reactive = max(reactive, r.ready + 1)
+                reactive = max(reactive, r.ready + 1,
+                               math.ceil(r.ready * self.breach_growth))
             reasons.append(f"reactive: {LATENCY_SIGNAL[role]} "
                            f"{'n/a' if latency is None else f'{latency:.3g}s'} vs SLO {slo:g}s, "
                            f"queue {queue:.0f} -> {reactive}")

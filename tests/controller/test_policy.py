@@ -79,7 +79,7 @@ def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
 
 
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
-    policy = _policy(stabilisation_s=300.0, max_step_down=2)
+    policy = _policy(stabilisation_s=300.0, max_step_down=2, burst_window_s=0.0)
     high = policy.decide(_obs(0, prompt=300_000.0))
     up = _desired(high, KEY_P)
     seen = []
@@ -90,6 +90,43 @@ def test_scale_down_waits_for_stabilisation_and_steps() -> None:
     assert seen[0] == seen[15] == _desired(high, KEY_P)  # held for the window
     steps = [a - b for a, b in itertools.pairwise(seen)]
     assert max(steps) <= 2 and seen[-1] < seen[0]
+
+
+def test_a_recent_burst_holds_capacity_for_the_burst_window_then_lets_go() -> None:
+    policy = _policy(stabilisation_s=120.0, max_step_down=8, burst_window_s=600.0)
+    up = _desired(policy.decide(_obs(0, prompt=300_000.0)), KEY_P)
+    seen = {}
+    for t in range(15, 1200, 15):
+        out = policy.decide(_obs(t, prompt=10_000.0, ready=(up, 2)))
+        up = seen[t] = _desired(out, KEY_P)
+    assert seen[585] == seen[15]  # the burst is still in the window: held past stabilisation
+    assert seen[1185] < seen[15]  # the window has passed: scaled down
+    assert any("of the last 600s" in r for r in out[KEY_P].reasons)
+
+
+def test_decode_is_sized_for_the_sequences_it_holds() -> None:
+    policy = _policy(burst_window_s=0.0)
+    obs = _obs(0, gen=3_000.0, ready=(2, 2))
+    batch = policy.state[KEY_D].capacity.decode_batch()
+    obs.pools[KEY_D].signals["running_requests"] = 3.0 * batch  # type: ignore[index]
+    obs.pools[KEY_D].signals["queue_depth"] = 2.5 * batch  # type: ignore[index]
+    out = policy.decide(obs)
+    # 3,000 tokens/s alone fits one replica; 5.5 batches of sequences need six.
+    assert _desired(out, KEY_D) == 6
+    assert out[KEY_D].detail["sequences"] == pytest.approx(5.5 * batch)
+
+
+def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
+    model = CapacityModel(Role.DECODE, H100, 0.05)
+    planned = model.per_replica()
+    for _ in range(20):  # ITL is fine, but requests wait for a decode slot
+        model.observe_latency(latency_p95_s=0.02, demand_per_replica=0.5 * planned,
+                              backlogged=True)
+    assert model.correction < 0.8
+    slack = CapacityModel(Role.PREFILL, H100, 0.5)
+    for _ in range(20):  # ample slack below the planned load is the headroom, not an error
+        slack.observe_latency(latency_p95_s=0.05, demand_per_replica=0.8 * slack.per_replica())
+    assert slack.correction == 1.0
 
 
 def test_cold_start_p90_is_learned() -> None:
