@@ -18,8 +18,11 @@ Models:
   horizons (direct: the horizon is a feature, never a recursion). Features: lags at several
   scales, rolling mean and spread, recent trend, the value one day and one week before the
   target, time-of-day and day-of-week Fourier terms of the target time. Everything is relative
-  to the last hour's level, which keeps the model sound across level shifts. Quantiles are
-  sorted per row (monotone rearrangement), so they never cross.
+  to the last hour's level, which keeps the model sound across level shifts. Quantiles other
+  than the median are conformalised (CQR): fitted on the older origins and shifted per horizon
+  by the quantile of their errors on the most recent ``calibration`` share of the history, so
+  their coverage holds on data the model did not see. Quantiles are sorted per row (monotone
+  rearrangement), so they never cross.
 * :class:`AutoForecaster`: fits the candidates on the older part of the history, scores them on
   the recent part (rolling origins), keeps the best and says why; short or odd histories fall
   back to simpler models with a stated reason.
@@ -296,7 +299,8 @@ class QuantileGBForecaster(_Forecaster):
                  quantiles: tuple[float, ...] = (0.5, 0.9),
                  horizons_s: tuple[float, ...] = (60, 120, 300, 600, 1800, 3600),
                  period_s: float = DAY_S, max_iter: int = 120, learning_rate: float = 0.05,
-                 max_train_rows: int = 60_000, random_state: int | None = 0) -> None:
+                 max_train_rows: int = 60_000, calibration: float = 0.15,
+                 random_state: int | None = 0) -> None:
         self.resolution_s = resolution_s
         self.quantiles = quantiles
         self.horizons_s = horizons_s
@@ -304,6 +308,7 @@ class QuantileGBForecaster(_Forecaster):
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_train_rows = max_train_rows
+        self.calibration = calibration
         self.random_state = random_state
 
     # Features -----------------------------------------------------------------------------
@@ -399,15 +404,35 @@ class QuantileGBForecaster(_Forecaster):
         # Columns with no value at all (a seasonal lag longer than the history) carry nothing.
         self.columns_ = np.any(np.isfinite(X[use]), axis=0)
         X = X[:, self.columns_]
+        if not 0 <= self.calibration < 1:
+            raise ValueError(f"The 'calibration' parameter of QuantileGBForecaster must be in "
+                             f"[0, 1). Got {self.calibration!r} instead.")
+        # Conformalised quantiles (CQR): every quantile but the median is fitted on the older
+        # origins and shifted, per horizon, by the quantile of its errors on the most recent
+        # ``calibration`` share, so its coverage holds on data it did not see. The median is
+        # fitted on everything.
+        cal = use & (o >= int((n - 1) * (1 - self.calibration))) if self.calibration else \
+            np.zeros(len(o), dtype=bool)
+        calibrate = cal.sum() >= 20 * len(horizons) and (use & ~cal).sum() >= 20
         self.models_ = []
-        for q in self.quantiles:
+        self.shift_ = np.zeros((len(self.quantiles), len(horizons)))
+        for i, q in enumerate(self.quantiles):
             model = HistGradientBoostingRegressor(
                 loss="quantile", quantile=q, max_iter=self.max_iter,
                 learning_rate=self.learning_rate, max_bins=128, early_stopping=False,
                 min_samples_leaf=40, l2_regularization=1.0, max_leaf_nodes=15,
                 random_state=self.random_state)
-            model.fit(X[use], y[use])
+            if q == 0.5 or not calibrate:
+                model.fit(X[use], y[use])
+            else:
+                model.fit(X[use & ~cal], y[use & ~cal])
+                err = y[cal] - model.predict(X[cal])
+                for j, hz in enumerate(horizons):
+                    at_h = err[h[cal] == hz]
+                    if len(at_h) >= 20:
+                        self.shift_[i, j] = float(np.quantile(at_h, q))
             self.models_.append(model)
+        self.calibrated_ = bool(calibrate)
         self.trained_horizons_ = horizons
 
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
@@ -421,7 +446,11 @@ class QuantileGBForecaster(_Forecaster):
         start = self.series_.start_s + offset * self.resolution_s
         X, scale = self._features(values[offset:], origins - offset, horizons, start)
         X = X[:, self.columns_]
-        preds = np.stack([m.predict(X) for m in self.models_], axis=1) * scale[:, None]
+        rel = np.stack([m.predict(X) for m in self.models_], axis=1)
+        h_rows = np.tile(horizons, len(origins)).astype(np.float64)
+        shift = np.stack([np.interp(h_rows, self.trained_horizons_.astype(np.float64), row)
+                          for row in self.shift_], axis=1)
+        preds = (rel + shift) * scale[:, None]
         # Where the level is unknown (a long gap), fall back to the last value.
         fallback = np.repeat(_last_finite(values, origins), len(horizons))
         bad = ~np.isfinite(preds)

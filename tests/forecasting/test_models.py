@@ -153,6 +153,24 @@ def test_upper_quantile_is_roughly_calibrated() -> None:
         assert 0.75 < result.scores["gb"][h]["coverage_q90"] < 0.99
 
 
+def test_conformal_calibration_keeps_coverage_when_the_noise_grows() -> None:
+    # Quiet for 8 days, then four times noisier: a quantile fitted mostly on the quiet days
+    # under-covers; calibrated on the most recent (noisy) share of training, it holds.
+    t, quiet = daily_series(14, seed=3, noise=0.03)
+    _, loud = daily_series(14, seed=4, noise=0.12)
+    y = np.where(t < 8 * 86400, quiet, loud)
+    series = regularize(t, y, resolution_s=RES)
+    models = {"raw": QuantileGBForecaster(resolution_s=RES, horizons_s=(600,), calibration=0.0),
+              "cqr": QuantileGBForecaster(resolution_s=RES, horizons_s=(600,))}
+    result = backtest(series, models, horizons_s=(600,), train_steps=10 * DAY_STEPS,
+                      season_steps=DAY_STEPS)
+    raw = result.scores["raw"]["10m"]["coverage_q90"]
+    cqr = result.scores["cqr"]["10m"]["coverage_q90"]
+    assert raw < 0.85  # outside the target band [0.85, 0.95]
+    assert abs(cqr - 0.9) < abs(raw - 0.9) and 0.82 < cqr < 0.97
+    assert models["cqr"].calibrated_ and not models["raw"].calibrated_
+
+
 def test_auto_falls_back_with_a_reason() -> None:
     t, y = daily_series(1)
     auto = AutoForecaster(resolution_s=RES).fit(t[:40, None], y[:40])
