@@ -5,12 +5,17 @@ For each pool, every tick:
 1. Demand now (prefill: uncached prompt tokens/s; decode: generated tokens/s) and its forecast
    at the scale-up quantile over [now, now + lead], where lead = the pool's learned cold-start
    p90 + one tick: a replica asked for now is ready when that demand arrives.
-2. Replicas = ceil(max demand over the lead / capacity per replica at the SLO).
-3. Fast reactive path: when observed TTFT/ITL p95 breaches the SLO or the queue grows, add the
+2. Decode also holds sequences: the demand equivalent of the sequences running and waiting
+   (bursts of long prompts with short outputs fill the KV cache before they fill the step).
+3. A recent-burst floor: at least the highest of these seen over the last ``burst_window_s``
+   (load that came in bursts recently comes again, and a one-minute forecast cannot see
+   sub-minute bursts).
+4. Replicas = ceil(sized demand / capacity per replica at the SLO).
+5. Fast reactive path: when observed TTFT/ITL p95 breaches the SLO or the queue grows, add the
    replicas that drain the backlog within ``drain_s`` (not +1), skipping stabilisation.
-4. Scale up at once; scale down only when the need stayed lower for ``stabilisation_s``, and
+6. Scale up at once; scale down only when the need stayed lower for ``stabilisation_s``, and
    by at most ``max_step_down`` replicas a tick; never below min or above max.
-5. Missing or stale demand data: hold (never scale down), and say so.
+7. Missing or stale demand data: hold (never scale down), and say so.
 
 Every decision carries machine-readable reasons. The policy reads no clock and does no I/O:
 time comes from the observation; the forecasters are fitted on the schedule the caller owns
@@ -384,4 +389,5 @@ def build_policy(spec: Spec, *, refit_inline: bool = False,
                          quantile=c.scale_up_quantile, stabilisation_s=float(c.stabilisation),
                          max_step_down=c.max_step_down, drain_s=float(c.drain_time),
                          refit_every_s=float(refit_every_s or c.refit_every),
+                         burst_window_s=float(c.burst_window),
                          refit_inline=refit_inline)

@@ -421,6 +421,9 @@ class ControllerSettings(_Model):
     drain_time: Duration = Field(default=60, ge=1,
                                  description="Reactive path: drain the backlog within this")
     refit_every: Duration = Field(default=900, ge=60, description="Forecaster refit interval")
+    burst_window: Duration = Field(
+        default=900, ge=0, description="Size for at least the highest demand seen this long "
+        "back (bursts that came recently come again; 0 turns it off)")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
 
