@@ -305,8 +305,12 @@ class PdscalePolicy:
         if role is Role.DECODE:
             running = signals.get("running_requests")
             if running is not None:
-                seqs = running + queue
-                sized_for = max(sized_for, seqs / st.capacity.decode_batch() * per_replica)
+                batch = st.capacity.decode_batch()
+                # Waiting sequences count up to as many as run (a backlog larger than that is
+                # the reactive path's, sized by its drain time: a pool that was idle and is hit
+                # at once would otherwise ask for a replica per batch of queued requests).
+                seqs = running + min(queue, max(running, batch))
+                sized_for = max(sized_for, seqs / batch * per_replica)
         burst = self._burst_floor(st, now, sized_for)
         sized_for = max(sized_for, burst)
         need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas

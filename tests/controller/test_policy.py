@@ -114,6 +114,13 @@ def test_decode_is_sized_for_the_sequences_it_holds() -> None:
     # 3,000 tokens/s alone fits one replica; 5.5 batches of sequences need six.
     assert _desired(out, KEY_D) == 6
     assert out[KEY_D].detail["sequences"] == pytest.approx(5.5 * batch)
+    # A flood on an idle pool: the queue counts up to what runs; the rest is the backlog the
+    # reactive path drains, not a replica per queued batch.
+    obs.pools[KEY_D].signals["running_requests"] = float(batch)  # type: ignore[index]
+    obs.pools[KEY_D].signals["queue_depth"] = 100.0 * batch  # type: ignore[index]
+    flood = policy.decide(obs)[KEY_D]
+    assert flood.detail["sequences"] == pytest.approx(2 * batch)
+    assert flood.desired_replicas < 40 and flood.cause == "reactive"
 
 
 def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
