@@ -73,15 +73,17 @@ class CapacityModel:
             mean_sq = self.mean_prompt_tokens ** 2 * (1 + self.prompt_cv ** 2)
             return self.profile.prefill_tokens_per_s(self.mean_prompt_tokens,
                                                      mean_sq) * HEADROOM
-        ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
-        batch = decode_batch_at_slo(self.profile, self.slo_s, ctx)
+        ctx, batch = self._decode_point()
         return batch / (self.profile.decode_step_ms(batch, batch * ctx) / 1000)
+
+    def _decode_point(self) -> tuple[float, int]:
+        """Mean context of a decoding sequence, and the batch at the ITL SLO for it."""
+        ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
+        return ctx, decode_batch_at_slo(self.profile, self.slo_s, ctx)
 
     def decode_batch(self) -> int:
         """Sequences one decode replica holds at the ITL SLO (with the correction)."""
-        ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
-        return max(1, math.floor(decode_batch_at_slo(self.profile, self.slo_s, ctx)
-                                 * min(self.correction, 1.0)))
+        return max(1, math.floor(self._decode_point()[1] * min(self.correction, 1.0)))
 
     def per_replica(self) -> float:
         return self.nominal_per_replica() * self.correction

@@ -101,8 +101,7 @@ class PdscalePolicy:
                  refit_every_s: float = 900.0, resolution_s: float = 60.0,
                  min_history_s: float = 3600.0, forecast: bool = True,
                  forecast_every_s: float = 120.0, refit_inline: bool = True,
-                 burst_window_s: float = 900.0, burst_quantile: float = 1.0,
-                 breach_growth: float = 1.0) -> None:
+                 burst_window_s: float = 900.0) -> None:
         self.tick_s = tick_s
         self.quantile = quantile
         self.stabilisation_s = stabilisation_s
@@ -114,8 +113,6 @@ class PdscalePolicy:
         self.forecast_every_s = forecast_every_s
         self.refit_inline = refit_inline
         self.burst_window_s = burst_window_s
-        self.burst_quantile = burst_quantile
-        self.breach_growth = breach_growth
         self.last_forecast: dict[PoolKey, dict[str, object]] = {}
         self.state: dict[PoolKey, PoolPolicyState] = {}
         for key, model in capacity.items():
@@ -248,15 +245,15 @@ class PdscalePolicy:
         return value, f"forecast q{self.quantile:g} over {lead_s:.0f}s"
 
     def _burst_floor(self, st: PoolPolicyState, now: float, demand: float) -> float:
-        """The ``burst_quantile`` of the demand seen over the last ``burst_window_s``: load that
-        came in bursts recently is likely to come again within a cold start, and a forecast
-        at a one-minute resolution cannot see sub-minute bursts."""
-        st.recent.append((now, demand))
-        while st.recent and st.recent[0][0] < now - self.burst_window_s:
-            st.recent.popleft()
+        """The highest demand seen over the last ``burst_window_s`` (0: off): load that came in
+        bursts recently is likely to come again within a cold start, and a forecast at a
+        one-minute resolution cannot see sub-minute bursts."""
         if self.burst_window_s <= 0:
             return 0.0
-        return float(np.quantile([d for _, d in st.recent], self.burst_quantile))
+        st.recent.append((now, demand))
+        while st.recent[0][0] < now - self.burst_window_s:
+            st.recent.popleft()
+        return max(d for _, d in st.recent)
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -318,13 +315,13 @@ class PdscalePolicy:
             "signal": DEMAND_SIGNAL[role], "demand": demand, "prefix_cache_hit_ratio": hit,
             "forecast": forecast, "quantile": self.quantile if forecast is not None else None,
             "lead_s": lead, "capacity_per_replica": per_replica, "sequences": seqs,
-            "recent_demand_q": burst, "sized_for": sized_for,
+            "recent_peak": burst, "sized_for": sized_for,
             "capacity_correction": st.capacity.correction, "need": need}
         reasons = [f"demand {demand:.4g}/s, {fc_reason}"
                    + (f" = {forecast:.4g}/s" if forecast is not None else "")
                    + (f"; {seqs:.0f} sequences running or waiting" if seqs is not None else "")
-                   + (f"; q{self.burst_quantile:g} of the last {self.burst_window_s:.0f}s "
-                      f"{burst:.4g}/s" if burst > 0 else ""),
+                   + (f"; highest of the last {self.burst_window_s:.0f}s {burst:.4g}/s"
+                      if burst > 0 else ""),
                    f"capacity {per_replica:.4g}/s per replica (correction "
                    f"{st.capacity.correction:.2f}), lead {lead:.0f}s -> need {need}"]
         # Fast reactive path: latency over the SLO or a queue: drain the backlog in drain_s.
@@ -337,8 +334,7 @@ class PdscalePolicy:
             reactive = r.ready + math.ceil(backlog / (per_replica * self.drain_s)) \
                 if per_replica > 0 else r.max_replicas
             if latency is not None and latency > slo:
-                reactive = max(reactive, r.ready + 1,
-                               math.ceil(r.ready * self.breach_growth))
+                reactive = max(reactive, r.ready + 1)
             reasons.append(f"reactive: {LATENCY_SIGNAL[role]} "
                            f"{'n/a' if latency is None else f'{latency:.3g}s'} vs SLO {slo:g}s, "
                            f"queue {queue:.0f} -> {reactive}")

@@ -379,6 +379,9 @@ class QuantileGBForecaster(_Forecaster):
 
     def _fit_grid(self, values: FloatArray) -> None:
         super()._fit_grid(values)
+        if not 0 <= self.calibration < 1:
+            raise ValueError(f"The 'calibration' parameter of QuantileGBForecaster must be in "
+                             f"[0, 1). Got {self.calibration!r} instead.")
         horizons = self._grid_horizons()
         n = len(values)
         origins = np.arange(0, n - 1)
@@ -404,9 +407,6 @@ class QuantileGBForecaster(_Forecaster):
         # Columns with no value at all (a seasonal lag longer than the history) carry nothing.
         self.columns_ = np.any(np.isfinite(X[use]), axis=0)
         X = X[:, self.columns_]
-        if not 0 <= self.calibration < 1:
-            raise ValueError(f"The 'calibration' parameter of QuantileGBForecaster must be in "
-                             f"[0, 1). Got {self.calibration!r} instead.")
         # Conformalised quantiles (CQR): every quantile but the median is fitted on the older
         # origins and shifted, per horizon, by the quantile of its errors on the most recent
         # ``calibration`` share, so its coverage holds on data it did not see. The median is
