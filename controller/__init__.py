@@ -20,11 +20,11 @@ from controller._interface import (
     PoolObservation,
     PoolReplicas,
 )
-from controller._policy import ColdStartTracker, PdscalePolicy, build_policy
+from controller._policy import ColdStartTracker, PdscalePolicy, build_policy, policy_settings
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 
 __all__ = ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy", "Constraints",
            "Detail", "InstanceProfile", "Observation", "PdscalePolicy", "Policy",
            "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError",
            "apply_constraints", "build_policy", "builtin_profiles", "decode_batch_at_slo",
-           "load_profile"]
+           "load_profile", "policy_settings"]

@@ -9,10 +9,13 @@ For each pool, every tick:
    (bursts of long prompts with short outputs fill the KV cache before they fill the step).
 3. A recent-burst floor: at least the highest of these seen over the last ``burst_window_s``
    (load that came in bursts recently comes again, and a one-minute forecast cannot see
-   sub-minute bursts).
+   sub-minute bursts). It remembers load (demand, running sequences), not a waiting queue,
+   which drains within a minute and should not hold replicas for the whole window.
 4. Replicas = ceil(sized demand / capacity per replica at the SLO).
 5. Fast reactive path: when observed TTFT/ITL p95 breaches the SLO or the queue grows, add the
-   replicas that drain the backlog within ``drain_s`` (not +1), skipping stabilisation.
+   replicas that drain the backlog within ``drain_s`` (not +1), skipping stabilisation. TTFT
+   includes the wait for a decode slot: while the service's decode pool has a backlog, a TTFT
+   miss is decode's, and prefill neither reacts to it nor lowers its capacity estimate.
 6. Scale up at once; scale down only when the need stayed lower for ``stabilisation_s``, and
    by at most ``max_step_down`` replicas a tick; never below min or above max.
 7. Missing or stale demand data: hold (never scale down), and say so.
@@ -29,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -36,9 +40,10 @@ from controller._capacity import CapacityModel
 from controller._interface import Observation, PoolDecision, PoolKey, PoolObservation
 from controller._profiles import load_profile
 from forecasting import OnlineForecaster, QuantileGBForecaster, SeriesError
-from pdscale.spec import Role, Spec
+from pdscale.spec import ControllerSettings, Role, Spec
 
-__all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_policy"]
+__all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_policy",
+           "policy_settings"]
 
 DEMAND_SIGNAL = {Role.PREFILL: "prompt_tokens_per_s", Role.DECODE: "generation_tokens_per_s"}
 LATENCY_SIGNAL = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
@@ -87,6 +92,11 @@ class PoolPolicyState:
     recent: deque[tuple[float, float]] = field(default_factory=deque)
     """(time, demand) over the last ``burst_window_s``: the recent-burst floor."""
     first_seen_s: float | None = None
+
+
+def _backlogged(pool: PoolObservation) -> bool:
+    """More than two requests waiting a ready replica."""
+    return (pool.signals.get("queue_depth") or 0.0) > 2 * max(pool.replicas.ready, 1)
 
 
 class PdscalePolicy:
@@ -258,13 +268,27 @@ class PdscalePolicy:
     # -- decisions --------------------------------------------------------------------------
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
+        # TTFT includes the wait for a decode slot: while a service's decode pool has a
+        # backlog, a TTFT miss is decode's, and its prefill pool neither reacts nor learns.
+        decode_backlog = {key[0] for key, pool in observation.pools.items()
+                          if key[1] is Role.DECODE and _backlogged(pool)}
+        # A request's prompt length is the service's, whichever pool reports it (a decode
+        # engine may not count prompt tokens; its KV use and step time depend on them).
+        prompt_len: dict[str, float] = {}
+        for key, pool in observation.pools.items():
+            value = pool.signals.get("mean_input_tokens_interval")
+            if value is not None and value > 0:
+                prompt_len.setdefault(key[0], value)
         out = {}
         for key, pool in observation.pools.items():
             if key in self.state:
-                out[key] = self._decide_pool(key, pool, observation.now_s)
+                out[key] = self._decide_pool(key, pool, observation.now_s,
+                                             key[0] in decode_backlog, prompt_len.get(key[0]))
         return out
 
-    def _decide_pool(self, key: PoolKey, pool: PoolObservation, now: float) -> PoolDecision:
+    def _decide_pool(self, key: PoolKey, pool: PoolObservation, now: float,
+                     decode_backlogged: bool = False,
+                     service_prompt_len: float | None = None) -> PoolDecision:
         st = self.state[key]
         role = key[1]
         r = pool.replicas
@@ -281,14 +305,22 @@ class PdscalePolicy:
                                        f"holding {held} replicas, no scale-down",),
                                 cause="degraded",
                                 detail={"signal": DEMAND_SIGNAL[role], "held": held})
-        st.capacity.observe_lengths(signals.get("mean_input_tokens_interval"),
+        st.capacity.observe_lengths(signals.get("mean_input_tokens_interval")
+                                    or service_prompt_len,
                                     signals.get("mean_output_tokens_interval"))
         per_replica = st.capacity.per_replica()
         latency = signals.get(LATENCY_SIGNAL[role])
         queue = signals.get("queue_depth") or 0.0
         # A queue of more than two requests a replica: requests wait for this pool (for
         # decode that wait shows in TTFT, not ITL), so it counts as a miss for the model.
-        backlogged = queue > 2 * max(r.ready, 1)
+        backlogged = _backlogged(pool)
+        blamed_on_decode = role is Role.PREFILL and decode_backlogged and not backlogged and \
+            latency is not None and latency > st.capacity.slo_s
+        blame_note = None
+        if blamed_on_decode:
+            blame_note = (f"{LATENCY_SIGNAL[role]} {latency:.3g}s over the SLO while decode is "
+                          f"backlogged: decode's miss, not prefill's")
+            latency = None  # no reaction and no learning here
         st.capacity.observe_latency(latency_p95_s=latency,
                                     demand_per_replica=demand / max(r.ready, 1),
                                     backlogged=backlogged)
@@ -299,6 +331,7 @@ class PdscalePolicy:
         # Decode also holds sequences: the replicas for the sequences running and waiting now
         # (bursts of long prompts with short outputs fill KV before they fill the step).
         seqs = None
+        waiting_for = 0.0
         if role is Role.DECODE:
             running = signals.get("running_requests")
             if running is not None:
@@ -307,9 +340,12 @@ class PdscalePolicy:
                 # the reactive path's, sized by its drain time: a pool that was idle and is hit
                 # at once would otherwise ask for a replica per batch of queued requests).
                 seqs = running + min(queue, max(running, batch))
-                sized_for = max(sized_for, seqs / batch * per_replica)
+                sized_for = max(sized_for, running / batch * per_replica)
+                waiting_for = seqs / batch * per_replica
+        # The burst floor remembers load, not a backlog: a queue drained within a minute
+        # should not hold replicas for the whole window.
         burst = self._burst_floor(st, now, sized_for)
-        sized_for = max(sized_for, burst)
+        sized_for = max(sized_for, burst, waiting_for)
         need = math.ceil(sized_for / per_replica) if per_replica > 0 else r.max_replicas
         detail: dict[str, float | str | None] = {
             "signal": DEMAND_SIGNAL[role], "demand": demand, "prefix_cache_hit_ratio": hit,
@@ -324,6 +360,9 @@ class PdscalePolicy:
                       if burst > 0 else ""),
                    f"capacity {per_replica:.4g}/s per replica (correction "
                    f"{st.capacity.correction:.2f}), lead {lead:.0f}s -> need {need}"]
+        if blame_note is not None:
+            reasons.append(blame_note)
+            detail["blamed_on"] = "decode"
         # Fast reactive path: latency over the SLO or a queue: drain the backlog in drain_s.
         slo = st.capacity.slo_s
         reactive = 0
@@ -371,11 +410,32 @@ class PdscalePolicy:
         return PoolDecision(bounded, tuple(reasons), cause=cause, detail=detail)
 
 
+class PolicySettings(TypedDict):
+    """:class:`PdscalePolicy`'s keyword arguments that the spec sets."""
+
+    tick_s: float
+    quantile: float
+    stabilisation_s: float
+    max_step_down: int
+    drain_s: float
+    refit_every_s: float
+    burst_window_s: float
+
+
+def policy_settings(settings: ControllerSettings) -> PolicySettings:
+    """The policy's keyword arguments from the spec's ``controller`` section (for the
+    in-cluster controller and the simulator alike)."""
+    return {"tick_s": float(settings.tick), "quantile": settings.scale_up_quantile,
+            "stabilisation_s": float(settings.stabilisation),
+            "max_step_down": settings.max_step_down, "drain_s": float(settings.drain_time),
+            "refit_every_s": float(settings.refit_every),
+            "burst_window_s": float(settings.burst_window)}
+
+
 def build_policy(spec: Spec, *, refit_inline: bool = False,
                  refit_every_s: float | None = None,
                  cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
     """pdscale's policy for every pool of the spec, with its controller settings."""
-    c = spec.controller
     capacity: dict[PoolKey, CapacityModel] = {}
     cold: dict[PoolKey, float] = {}
     for svc in spec.services:
@@ -385,9 +445,7 @@ def build_policy(spec: Spec, *, refit_inline: bool = False,
             cold[(svc.name, role)] = float(pool.cold_start)
     if cold_start_s:
         cold.update(cold_start_s)
-    return PdscalePolicy(capacity, cold, tick_s=float(c.tick),
-                         quantile=c.scale_up_quantile, stabilisation_s=float(c.stabilisation),
-                         max_step_down=c.max_step_down, drain_s=float(c.drain_time),
-                         refit_every_s=float(refit_every_s or c.refit_every),
-                         burst_window_s=float(c.burst_window),
-                         refit_inline=refit_inline)
+    settings = policy_settings(spec.controller)
+    if refit_every_s:
+        settings["refit_every_s"] = float(refit_every_s)
+    return PdscalePolicy(capacity, cold, refit_inline=refit_inline, **settings)

@@ -295,6 +295,7 @@ def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,
                 "gpu_utilization_ratio": 1.0 if batch > 0 else 0.0,
                 "itl_p95_s": step_s, "itl_p50_s": step_s,
                 "generation_tokens_per_s": demand, "targets_up": float(n_d),
+                "mean_input_tokens_interval": st.mean_l,
                 "mean_output_tokens_interval": st.mean_o,
             },
         })

@@ -19,7 +19,7 @@ import numpy as np
 
 from controller import Policy
 from controller._profiles import load_profile
-from pdscale.spec import Role, ServiceSpec, Spec
+from pdscale.spec import ControllerSettings, Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
 from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
 from simulator._policies import (
@@ -87,7 +87,8 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     return DemandPlan(p, d)
 
 
-def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
+def _policy(name: str, setup: SimSetup, plan: DemandPlan,
+            settings: ControllerSettings | None = None) -> Policy:
     if name == "static":
         return StaticPolicy()
     if name == "reactive":
@@ -96,18 +97,21 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
         return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
     if name == "pdscale":
-        from controller import CapacityModel, PdscalePolicy
+        from controller import CapacityModel, PdscalePolicy, policy_settings
 
         key_p, key_d = (setup.service, Role.PREFILL), (setup.service, Role.DECODE)
         capacity = {
             key_p: CapacityModel(Role.PREFILL, setup.prefill.profile, setup.slo_ttft_s),
             key_d: CapacityModel(Role.DECODE, setup.decode.profile, setup.slo_itl_s),
         }
-        # The controller refits every 15 minutes of wall time; replaying days of traffic, a
-        # refit every 6 simulated hours keeps runs short (updates still arrive every minute).
+        # The spec's controller settings, as in a cluster. The controller refits every 15
+        # minutes of wall time; replaying days of traffic, a refit every 6 simulated hours
+        # keeps runs short (updates still arrive every minute).
+        kwargs = policy_settings(settings or ControllerSettings())
+        kwargs["tick_s"] = setup.tick_s
+        kwargs["refit_every_s"] = 6 * 3600.0
         return PdscalePolicy(capacity, {key_p: setup.prefill.cold_start_s,
-                                        key_d: setup.decode.cold_start_s},
-                             tick_s=setup.tick_s, refit_every_s=6 * 3600.0)
+                                        key_d: setup.decode.cold_start_s}, **kwargs)
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
@@ -197,7 +201,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
                    Role.DECODE: int(plan.decode[:lead].max())}
     setup = _setup(service, options, initial)
-    policy = _policy(options.policy, setup, plan)
+    policy = _policy(options.policy, setup, plan, spec.controller)
     if options.policy == "pdscale":
         # The controller's cross-pool constraints (P:D ratio bounds, GPU budget), as in a
         # cluster; the budget counts this service's pools only.

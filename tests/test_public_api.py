@@ -28,7 +28,7 @@ PUBLIC = {
                    "Constraints", "Detail", "InstanceProfile", "Observation", "PdscalePolicy",
                    "Policy", "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas",
                    "ProfileError", "apply_constraints", "build_policy", "builtin_profiles",
-                   "decode_batch_at_slo", "load_profile"],
+                   "decode_batch_at_slo", "load_profile", "policy_settings"],
     "simulator": ["FORMATS", "POLICIES", "DynamoPolicy", "EventSimulator", "FluidLoad",
                   "InstanceProfile", "OraclePolicy", "PoolSetup", "ProfileError",
                   "ReactivePolicy", "SimOptions", "SimResult", "SimSetup", "StaticPolicy",

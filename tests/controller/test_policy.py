@@ -123,6 +123,61 @@ def test_decode_is_sized_for_the_sequences_it_holds() -> None:
     assert flood.desired_replicas < 40 and flood.cause == "reactive"
 
 
+def test_a_drained_decode_queue_does_not_hold_replicas_for_the_burst_window() -> None:
+    policy = _policy(stabilisation_s=120.0, max_step_down=8, burst_window_s=900.0)
+    batch = policy.state[KEY_D].capacity.decode_batch()
+
+    def decode(t: float, running: float, queue: float, ready: int) -> int:
+        obs = _obs(t, gen=3_000.0, ready=(2, ready))
+        obs.pools[KEY_D].signals["running_requests"] = running  # type: ignore[index]
+        obs.pools[KEY_D].signals["queue_depth"] = queue  # type: ignore[index]
+        return _desired(policy.decide(obs), KEY_D)
+
+    # A minute of backlog (prefill just caught up): 4 batches running, 4 waiting.
+    ready = decode(0, 4.0 * batch, 4.0 * batch, 4)
+    assert ready >= 8
+    # The queue is gone and one batch runs: scaled down once stabilisation has passed,
+    # long before the burst window (which remembers the 4 running batches, not the 8).
+    seen = {}
+    for t in range(15, 600, 15):
+        ready = seen[t] = decode(t, float(batch), 0.0, ready)
+    # Back to about the running load the window remembers (4 batches; the backlog also
+    # lowered the capacity estimate a little), where the queue would have held 8 or more.
+    assert seen[15] >= 8 and seen[300] <= 5
+
+
+def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
+    def run(decode_queue: float) -> tuple[int, tuple[str, ...], float]:
+        policy = _policy(burst_window_s=0.0)
+        for t in range(0, 300, 15):
+            obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
+            obs.pools[KEY_D].signals["queue_depth"] = decode_queue  # type: ignore[index]
+            out = policy.decide(obs)
+        return (_desired(out, KEY_P), out[KEY_P].reasons,
+                policy.state[KEY_P].capacity.correction)
+
+    alone, reasons, correction = run(decode_queue=0.0)
+    assert alone == 5 and correction < 1.0  # prefill's own miss: one more, a lower estimate
+    blamed, reasons, correction = run(decode_queue=500.0)
+    assert blamed == 4 and correction == 1.0
+    assert any("decode's miss" in r for r in reasons)
+
+
+def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -> None:
+    def decode_capacity(where: str) -> float:
+        policy = _policy()
+        for t in range(0, 600, 15):
+            obs = _obs(t)
+            obs.pools[KEY_D if where == "decode" else KEY_P].signals[  # type: ignore[index]
+                "mean_input_tokens_interval"] = 200.0
+            policy.decide(obs)
+        return policy.state[KEY_D].capacity.per_replica()
+
+    default = _policy().state[KEY_D].capacity.per_replica()  # 1,500-token prompts assumed
+    assert decode_capacity("prefill") == pytest.approx(decode_capacity("decode"))
+    assert decode_capacity("prefill") > 1.2 * default
+
+
 def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
     model = CapacityModel(Role.DECODE, H100, 0.05)
     planned = model.per_replica()

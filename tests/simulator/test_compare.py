@@ -37,3 +37,20 @@ def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
     assert code == 2
     assert "unknown policy hpa" in capsys.readouterr().err  # type: ignore[attr-defined]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> None:
+    from pdscale.spec import load_spec
+    from simulator import SimOptions
+    from simulator._simulate import prepare
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    tuned = spec.model_copy(update={"controller": spec.controller.model_copy(update={
+        "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5})})
+    for which, expect in ((spec, (0.9, 300.0, 900.0, 2)), (tuned, (0.8, 120.0, 0.0, 5))):
+        prepared = prepare(which, SimOptions(policy="pdscale", duration_s=600.0))
+        policy = prepared.policy.inner  # type: ignore[attr-defined]
+        assert (policy.quantile, policy.stabilisation_s, policy.burst_window_s,
+                policy.max_step_down) == expect
+        forecaster = next(iter(policy.state.values())).forecaster
+        assert forecaster.model.quantiles == (0.5, expect[0])
