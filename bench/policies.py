@@ -208,6 +208,18 @@ def _plots(rows: list[dict[str, Any]], series: dict[tuple[str, str], dict[str, l
     return written
 
 
+def chosen_traces(parser: argparse.ArgumentParser, arg: str) -> list[str] | None:
+    """The --traces list, checked; None (said on stderr) when ../shared/traces is absent."""
+    if not SHARED.is_dir():
+        print(f"{parser.prog} needs the shared traces in {SHARED}", file=sys.stderr)
+        return None
+    traces = arg.split(",")
+    unknown = [t for t in traces if t not in TRACES]
+    if unknown:
+        parser.error(f"unknown trace(s) {', '.join(unknown)}; use {', '.join(TRACES)}")
+    return traces
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default=",".join(TRACES),
@@ -217,13 +229,9 @@ def main() -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
     args = parser.parse_args()
-    if not SHARED.is_dir():
-        print(f"bench/policies.py needs the shared traces in {SHARED}", file=sys.stderr)
+    traces = chosen_traces(parser, args.traces)
+    if traces is None:
         return 1
-    traces = args.traces.split(",")
-    unknown = [t for t in traces if t not in TRACES]
-    if unknown:
-        parser.error(f"unknown trace(s) {', '.join(unknown)}; use {', '.join(TRACES)}")
     colds = [float(c) for c in args.cold_starts.split(",")]
     runs = [(t, c, p, args.seed) for t in traces for c in colds
             for p in args.policies.split(",")]
