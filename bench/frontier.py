@@ -12,10 +12,11 @@ attainment at matched GPU-hours: for each baseline run, pdscale's attainment int
 its own frontier at that run's GPU-hours (``n/a`` where the baseline spends less than
 pdscale's cheapest setting).
 
-``--reuse`` takes the default-setting runs from a policies.json written by bench/policies.py
-at the same commit and seed, so they are not simulated twice (pdscale's 14-day runs take about
-12 minutes each). Prints a table; writes bench/results/frontier.json, frontier.md and
-bench/results/policies/frontier.png. Needs ../shared/traces.
+``--reuse`` takes runs from a policies.json written by bench/policies.py (its default-setting
+runs) or an earlier frontier.json, at the same commit and seed, so they are not simulated
+twice (pdscale's 14-day runs take about 5 minutes each). Prints a table; writes
+bench/results/frontier.json, frontier.md and bench/results/policies/frontier.png. Needs
+../shared/traces.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from policies import RESULTS, SHARED, SPEC, TRACES, chosen_traces  # noqa: E402
 
 COLD_START_S = 60.0
 SETTINGS: dict[str, list[dict[str, float]]] = {
-    "pdscale": [{}, {"scale_up_quantile": 0.75, "burst_window": 300},
+    "pdscale": [{"scale_up_quantile": 0.97, "burst_window": 3600, "stabilisation": 600}, {},
+                {"scale_up_quantile": 0.75, "burst_window": 300},
                 {"scale_up_quantile": 0.6, "burst_window": 0, "stabilisation": 60,
                  "max_step_down": 8}],
     "reactive": [{"target": 0.3}, {"target": 0.45}, {}, {"target": 0.8}],
@@ -102,8 +104,8 @@ def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def attainment_at(front: list[tuple[float, float]], gpu_hours: float) -> float | None:
-    """Attainment on a frontier at ``gpu_hours`` (linear between its points; the best point
-    beyond its most expensive one; None below its cheapest)."""
+    """Attainment on a frontier at ``gpu_hours`` (linear between its points; beyond its most
+    expensive point, that point's: a lower bound; None below its cheapest)."""
     if not front or gpu_hours < front[0][0]:
         return None
     for (g0, a0), (g1, a1) in itertools.pairwise(front):
@@ -122,10 +124,12 @@ def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if r["trace"] != trace or r["policy"] == "pdscale":
                 continue
             at = attainment_at(front, r["gpu_hours"])
+            better = None if at is None else at > r["slo_attainment"]
+            if better is False and r["gpu_hours"] > front[-1][0]:
+                better = None  # costlier than any pdscale setting: pdscale was not run there
             out.append({"trace": trace, "policy": r["policy"], "setting": r["setting"],
                         "gpu_hours": r["gpu_hours"], "attainment": r["slo_attainment"],
-                        "pdscale_attainment": at,
-                        "pdscale_better": None if at is None else at > r["slo_attainment"]})
+                        "pdscale_attainment": at, "pdscale_better": better})
     return out
 
 
@@ -135,16 +139,21 @@ def _table(rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> str:
     by = {(c["trace"], c["policy"], c["setting"]): c for c in checks}
     for r in rows:
         c = by.get((r["trace"], r["policy"], r["setting"]))
-        at = "" if c is None else ("n/a (cheaper than any pdscale setting)"
-                                   if c["pdscale_attainment"] is None
-                                   else f"{c['pdscale_attainment']:.2%}"
-                                   + (" (better)" if c["pdscale_better"] else " (worse)"))
+        at = ""
+        if c is not None and c["pdscale_attainment"] is None:
+            at = "n/a (cheaper than any pdscale setting)"
+        elif c is not None and c["pdscale_better"] is None:
+            at = (f"at least {c['pdscale_attainment']:.2%} (costlier than any pdscale "
+                  "setting: undecided)")
+        elif c is not None:
+            at = f"{c['pdscale_attainment']:.2%}" + \
+                (" (better)" if c["pdscale_better"] else " (worse)")
         lines.append(f"| {r['trace']} | {r['policy']} | {r['setting']} | {r['gpu_hours']:.1f} "
                      f"| {r['slo_attainment']:.2%} | {at} |")
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+def _plot(rows: list[dict[str, Any]], oracle: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,6 +167,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
                          if r["trace"] == trace and r["policy"] == policy)
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", color=f"C{i}", label=policy)
+        if trace in oracle:
+            ax.scatter(oracle[trace]["gpu_hours"], 100 * oracle[trace]["slo_attainment"],
+                       marker="*", s=140, color="k", label="oracle", zorder=3)
         ax.set_title(trace)
         ax.set_xlabel("GPU-hours")
         ax.grid(alpha=0.3)
@@ -177,28 +189,31 @@ def main() -> int:
                         help=f"comma-separated, of: {', '.join(TRACES)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
-    parser.add_argument("--reuse", type=Path, default=None,
-                        help="policies.json whose default-setting runs at 60 s to reuse")
+    parser.add_argument("--reuse", type=Path, action="append", default=[],
+                        help="runs to take instead of simulating again: a policies.json "
+                        "(its default-setting runs at 60 s) or an earlier frontier.json, from "
+                        "the same commit; may be given more than once")
     args = parser.parse_args()
     traces = chosen_traces(parser, args.traces)
     if traces is None:
         return 1
-    reused: dict[tuple[str, str], dict[str, Any]] = {}
-    if args.reuse is not None:
+    reused: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for path in args.reuse:
         try:
-            saved = json.loads(args.reuse.read_text())
+            saved = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            parser.error(f"--reuse {args.reuse}: cannot read it ({exc}); run "
-                         "bench/policies.py first or leave --reuse out")
+            parser.error(f"--reuse {path}: cannot read it ({exc}); run bench/policies.py "
+                         "first or leave --reuse out")
         for r in saved.get("rows", []):
-            if r["cold_start_s"] == COLD_START_S and r["seed"] == args.seed:
-                reused[(r["trace"], r["policy"])] = {
-                    "trace": r["trace"], "policy": r["policy"], "setting": "default",
+            if r.get("cold_start_s", COLD_START_S) == COLD_START_S and r["seed"] == args.seed:
+                setting = r.get("setting", "default")
+                reused[(r["trace"], r["policy"], setting)] = {
+                    "trace": r["trace"], "policy": r["policy"], "setting": setting,
                     "seed": r["seed"], "slo_attainment": r["slo_attainment"],
                     "gpu_hours": r["gpu_hours"], "wall_s": r["wall_s"], "reused": True}
     runs = [(t, p, s, args.seed) for t in traces for p, settings in SETTINGS.items()
             for s in settings]
-    todo = [r for r in runs if r[2] or (r[0], r[1]) not in reused]
+    todo = [r for r in runs if (r[0], r[1], _label(r[2])) not in reused]
     # Longest first (pdscale on the 14-day traces), so parallel jobs finish together.
     todo.sort(key=lambda r: (TRACES[r[0]]["mode"] != "fluid", r[1] != "pdscale"))
     done: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -212,7 +227,7 @@ def main() -> int:
             print(f"[{n}/{len(todo)} {time.perf_counter() - started:.0f}s] {trace} {policy} "
                   f"{_label(setting)}: {row['slo_attainment']:.2%}, {row['gpu_hours']:.1f} "
                   f"GPU-h ({row['wall_s']:.0f}s)", file=sys.stderr, flush=True)
-    rows = [done.get((t, p, _label(s))) or reused[(t, p)] for t, p, s, _ in runs]
+    rows = [done.get((t, p, _label(s))) or reused[(t, p, _label(s))] for t, p, s, _ in runs]
     checks = compare(rows)
     table = _table(rows, checks)
     print(table)
@@ -225,7 +240,10 @@ def main() -> int:
     (RESULTS / "frontier.md").write_text(
         f"# Cost-matched comparison\n\n`{command}`, seed {args.seed}, {COLD_START_S:g} s cold "
         f"start; services in `bench/policies.yaml`.\n\n{table}")
-    _plot(rows, RESULTS / "policies" / "frontier.png")
+    # The oracle (knows the future) from a reused policies.json, as the reference point.
+    oracle = {t: reused[(t, "oracle", "default")] for t in traces
+              if (t, "oracle", "default") in reused}
+    _plot(rows, oracle, RESULTS / "policies" / "frontier.png")
     for path in ("frontier.json", "frontier.md", "policies/frontier.png"):
         print(f"wrote bench/results/{path}", file=sys.stderr)
     return 0

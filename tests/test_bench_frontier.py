@@ -41,8 +41,13 @@ def test_each_baseline_run_is_judged_against_pdscale_at_its_own_cost() -> None:
              "slo_attainment": a} for s, g, a in (("a", 8.0, 0.90), ("b", 12.0, 0.98))]
     rows += [{"trace": "t", "policy": "reactive", "setting": s, "gpu_hours": g,
               "slo_attainment": a} for s, g, a in (("x", 10.0, 0.93), ("y", 11.0, 0.97),
-                                                   ("z", 5.0, 0.5))]
+                                                   ("z", 5.0, 0.5), ("big", 30.0, 0.999),
+                                                   ("waste", 30.0, 0.95))]
     got = {c["setting"]: (c["pdscale_attainment"], c["pdscale_better"]) for c in F.compare(rows)}
     assert got["x"][0] == pytest.approx(0.94) and got["x"][1] is True
     assert got["y"][0] == pytest.approx(0.96) and got["y"][1] is False
     assert got["z"] == (None, None)
+    # Costlier than any pdscale setting: better if pdscale's best already beats it for less,
+    # otherwise undecided (pdscale was not run at that cost), never "worse".
+    assert got["waste"] == (0.98, True)
+    assert got["big"] == (0.98, None)
