@@ -152,6 +152,8 @@ def _plots(rows: list[dict[str, Any]], series: dict[tuple[str, str], dict[str, l
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
+    from simulator._compare import replicas_figure
+
     out.mkdir(parents=True, exist_ok=True)
     written = []
     traces = list(dict.fromkeys(r["trace"] for r in rows))
@@ -182,25 +184,9 @@ def _plots(rows: list[dict[str, Any]], series: dict[tuple[str, str], dict[str, l
         got = {p: series[(trace, p)] for p in POLICIES if (trace, p) in series}
         if not got:
             continue
-        fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
-        first = next(iter(got.values()))
-        hours = [m / 60 for m in first["minute"]]
-        axes[0].plot(hours, first["arrivals_rps"], color="tab:gray", lw=1)
-        axes[0].set_ylabel("load (req/s)")
-        for policy, s in got.items():
-            if policy == "static":
-                continue
-            h = [m / 60 for m in s["minute"]]
-            for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
-                ax.plot(h, [a + b for a, b in zip(s[f"{role}_ready"], s[f"{role}_starting"],
-                                                   strict=True)],
-                        lw=1, color=colours[policy], label=policy)
-        for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
-            ax.set_ylabel(f"{role} replicas")
-            ax.legend(loc="upper left", fontsize=8)
-        axes[-1].set_xlabel("hours into the trace")
-        axes[0].set_title(f"{trace}, 60 s cold start: replicas (ready + starting) against "
-                          "the load")
+        fig = replicas_figure({p: s for p, s in got.items() if p != "static"},
+                              f"{trace}, 60 s cold start: replicas (ready + starting) against "
+                              "the load", "hours into the trace", colours)
         path = out / f"replicas_{trace}.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -96,25 +96,43 @@ def _plots(results: dict[str, SimResult]) -> dict[str, bytes]:
     ax.grid(alpha=0.3)
     out["plots/gpu_hours_vs_attainment.png"] = png(fig)
 
+    columns = ("minute", "arrivals_rps", "prefill_ready", "prefill_starting", "decode_ready",
+               "decode_starting")
+    series = {policy: {c: [r[c] for r in result.timeseries] for c in columns}
+              for policy, result in results.items()}
+    fig = replicas_figure(series, "Replicas (ready + starting) against the load", "hours")
+    out["plots/replicas_vs_load.png"] = png(fig)
+    return out
+
+
+def replicas_figure(series: Mapping[str, Mapping[str, Sequence[float]]], title: str,
+                    xlabel: str, colours: Mapping[str, str] | None = None) -> Any:
+    """Load (from the first policy's series) over prefill and decode replicas, ready plus
+    starting, one line a policy. Each series has the columns minute, arrivals_rps,
+    prefill_ready, prefill_starting, decode_ready and decode_starting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(3, 1, figsize=(10, 7), sharex=True)
-    first = next(iter(results.values()))
-    rows = first.timeseries
-    hours = [r["minute"] / 60 for r in rows]
-    axes[0].plot(hours, [r["arrivals_rps"] for r in rows], color="tab:gray", lw=1)
+    first = next(iter(series.values()))
+    axes[0].plot([m / 60 for m in first["minute"]], first["arrivals_rps"], color="tab:gray",
+                 lw=1)
     axes[0].set_ylabel("load (req/s)")
-    for policy, result in results.items():
-        rs = result.timeseries
-        h = [r["minute"] / 60 for r in rs]
+    for policy, s in series.items():
+        hours = [m / 60 for m in s["minute"]]
         for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
-            ax.plot(h, [r[f"{role}_ready"] + r[f"{role}_starting"] for r in rs], lw=1,
-                    label=policy)
+            total = [a + b for a, b in zip(s[f"{role}_ready"], s[f"{role}_starting"],
+                                           strict=True)]
+            ax.plot(hours, total, lw=1, label=policy,
+                    color=None if colours is None else colours.get(policy))
     for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
         ax.set_ylabel(f"{role} replicas")
         ax.legend(loc="upper left", fontsize=8)
-    axes[-1].set_xlabel("hours")
-    axes[0].set_title("Replicas (ready + starting) against the load")
-    out["plots/replicas_vs_load.png"] = png(fig)
-    return out
+    axes[-1].set_xlabel(xlabel)
+    axes[0].set_title(title)
+    return fig
 
 
 def comparison_files(results: dict[str, SimResult], *, plots: bool = True
