@@ -43,6 +43,7 @@ COLD_START_S = 60.0
 SETTINGS: dict[str, list[dict[str, float]]] = {
     "pdscale": [{"scale_up_quantile": 0.97, "burst_window": 3600, "stabilisation": 600}, {},
                 {"scale_up_quantile": 0.75, "burst_window": 300},
+                {"burst_window": 180, "stabilisation": 60, "max_step_down": 8},
                 {"scale_up_quantile": 0.6, "burst_window": 0, "stabilisation": 60,
                  "max_step_down": 8}],
     "reactive": [{"target": 0.3}, {"target": 0.45}, {}, {"target": 0.8}],
