@@ -414,7 +414,10 @@ class ControllerSettings(_Model):
         "pdscale_desired_replicas for KEDA or HPA to act on (pdscale generate recommend)")
     dry_run: bool = Field(default=False, description="Decide and record, never write")
     tick: Duration = Field(default=15, ge=1, description="Decision interval")
-    scale_up_quantile: float = Field(default=0.9, gt=0.5, lt=1)
+    scale_up_quantile: float = Field(
+        default=0.9, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
+        "higher buys attainment with GPU-hours (the README's cost-matched comparison shows "
+        "the trade on production traces)")
     stabilisation: Duration = Field(default=300,
                                     description="Need must stay lower this long to scale down")
     max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
