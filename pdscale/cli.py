@@ -847,7 +847,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"])
     p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",
-                                                          "oracle", "pdscale"])
+                                                          "oracle", "pdscale"],
+                   help="static: sized for the peak; reactive: HPA semantics; dynamo: Dynamo's "
+                   "planner as published; oracle: knows the future; pdscale: the controller's "
+                   "policy with the spec's controller settings (default: static)")
     p.add_argument("--mode", default="auto", choices=["event", "fluid", "auto"],
                    help="event: per request; fluid: aggregates (multi-day); auto: event up "
                         "to 6 h and 3M requests")
