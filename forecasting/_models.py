@@ -416,26 +416,13 @@ class QuantileGBForecaster(_Forecaster):
         calibrate = cal.sum() >= 20 * len(horizons) and (use & ~cal).sum() >= 20
         self.models_ = []
         self.shift_ = np.zeros((len(self.quantiles), len(horizons)))
-        # The median is shrunk towards the last value (1.0 on this relative scale) per horizon,
-        # by the weight that scores best on the calibration share when fitted without it: at
-        # short horizons the last value is hard to beat, and the trees add noise to it.
-        self.weight_ = np.ones(len(horizons))
         for i, q in enumerate(self.quantiles):
-            def model_for(q: float = q) -> HistGradientBoostingRegressor:
-                return HistGradientBoostingRegressor(
-                    loss="quantile", quantile=q, max_iter=self.max_iter,
-                    learning_rate=self.learning_rate, max_bins=128, early_stopping=False,
-                    min_samples_leaf=40, l2_regularization=1.0, max_leaf_nodes=15,
-                    random_state=self.random_state)
-            model = model_for()
-            if q == 0.5 and calibrate:
-                held_out = model_for().fit(X[use & ~cal], y[use & ~cal]).predict(X[cal])
-                for j, hz in enumerate(horizons):
-                    at_h = h[cal] == hz
-                    if at_h.sum() >= 20:
-                        self.weight_[j] = _best_weight(held_out[at_h], y[cal][at_h])
-                model.fit(X[use], y[use])
-            elif q == 0.5 or not calibrate:
+            model = HistGradientBoostingRegressor(
+                loss="quantile", quantile=q, max_iter=self.max_iter,
+                learning_rate=self.learning_rate, max_bins=128, early_stopping=False,
+                min_samples_leaf=40, l2_regularization=1.0, max_leaf_nodes=15,
+                random_state=self.random_state)
+            if q == 0.5 or not calibrate:
                 model.fit(X[use], y[use])
             else:
                 model.fit(X[use & ~cal], y[use & ~cal])
@@ -461,12 +448,8 @@ class QuantileGBForecaster(_Forecaster):
         X = X[:, self.columns_]
         rel = np.stack([m.predict(X) for m in self.models_], axis=1)
         h_rows = np.tile(horizons, len(origins)).astype(np.float64)
-        trained = self.trained_horizons_.astype(np.float64)
-        shift = np.stack([np.interp(h_rows, trained, row) for row in self.shift_], axis=1)
-        if 0.5 in self.quantiles:
-            mid = self.quantiles.index(0.5)
-            w = np.interp(h_rows, trained, self.weight_)
-            rel[:, mid] = w * rel[:, mid] + (1 - w)
+        shift = np.stack([np.interp(h_rows, self.trained_horizons_.astype(np.float64), row)
+                          for row in self.shift_], axis=1)
         preds = (rel + shift) * scale[:, None]
         # Where the level is unknown (a long gap), fall back to the last value.
         fallback = np.repeat(_last_finite(values, origins), len(horizons))
@@ -476,14 +459,6 @@ class QuantileGBForecaster(_Forecaster):
         if self._nonnegative():
             preds = np.maximum(preds, 0.0)
         return preds.reshape(len(origins), len(horizons), len(self.quantiles))
-
-
-def _best_weight(predicted: FloatArray, actual: FloatArray) -> float:
-    """The weight in [0, 1] (steps of 0.05) on ``predicted`` against 1.0 (the last value, on
-    the relative scale) with the least absolute error on ``actual``."""
-    grid = np.linspace(0.0, 1.0, 21)
-    errors = [float(np.mean(np.abs(actual - (w * predicted + 1 - w)))) for w in grid]
-    return float(grid[int(np.argmin(errors))])
 
 
 class AutoForecaster(_Forecaster):

@@ -171,32 +171,6 @@ def test_conformal_calibration_keeps_coverage_when_the_noise_grows() -> None:
     assert models["cqr"].calibrated_ and not models["raw"].calibrated_
 
 
-def test_the_median_shrinks_to_the_last_value_where_nothing_else_is_known() -> None:
-    # A random walk in steps: the last value is the best forecast at every horizon, and a
-    # model fitted to noise can only add error to it. The weight learned on the calibration
-    # share pulls the median back to the last value; the daily cycle keeps it on the model.
-    rng = np.random.default_rng(7)
-    n = 14 * DAY_STEPS
-    t = np.arange(n) * RES
-    walk = 100 * np.exp(np.cumsum(rng.normal(0, 0.05, n)))
-    horizons = (600, 1800)
-
-    def mae_vs_last(y: np.ndarray, **kw: float) -> tuple[list[float], QuantileGBForecaster]:
-        model = QuantileGBForecaster(resolution_s=RES, horizons_s=horizons, **kw)
-        result = backtest(regularize(t, y, resolution_s=RES),
-                          {"gb": model, "last": LastValue(resolution_s=RES)},
-                          horizons_s=horizons, train_steps=10 * DAY_STEPS,
-                          season_steps=DAY_STEPS)
-        return [result.scores["gb"][h]["mae"] / result.scores["last"][h]["mae"]
-                for h in ("10m", "30m")], model
-
-    ratios, model = mae_vs_last(walk)
-    assert max(ratios) < 1.02 and model.weight_.min() < 0.5
-    _, cycle = daily_series(14, seed=5)
-    _, cyclic = mae_vs_last(cycle)
-    assert cyclic.weight_.min() >= 0.5
-
-
 def test_auto_falls_back_with_a_reason() -> None:
     t, y = daily_series(1)
     auto = AutoForecaster(resolution_s=RES).fit(t[:40, None], y[:40])
