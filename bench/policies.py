@@ -50,8 +50,6 @@ TRACES: dict[str, dict[str, Any]] = {
 }
 """name -> file under ../shared/traces, service of bench/policies.yaml, load multiplier,
 simulation mode, and the hours shown in the replicas plot (None: all)."""
-SERIES = ("minute", "arrivals_rps", "prefill_ready", "prefill_starting", "decode_ready",
-          "decode_starting")
 
 
 def _run(trace: str, cold_start_s: float, policy: str, seed: int) -> dict[str, Any]:
@@ -59,6 +57,7 @@ def _run(trace: str, cold_start_s: float, policy: str, seed: int) -> dict[str, A
     sys.path.insert(0, str(ROOT))
     from pdscale.spec import load_spec
     from simulator import SimOptions, simulate
+    from simulator._compare import REPLICAS_COLUMNS
 
     t = TRACES[trace]
     options = SimOptions(trace=str(SHARED / t["file"]), mode=t["mode"], scale=t["scale"],
@@ -81,7 +80,7 @@ def _run(trace: str, cold_start_s: float, policy: str, seed: int) -> dict[str, A
         rows = result.timeseries
         if window is not None:
             rows = [r for r in rows if window[0] * 60 <= r["minute"] < window[1] * 60]
-        series = {k: [r[k] for r in rows] for k in SERIES}
+        series = {k: [r[k] for r in rows] for k in REPLICAS_COLUMNS}
     return {"row": row, "series": series}
 
 

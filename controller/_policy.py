@@ -314,10 +314,9 @@ class PdscalePolicy:
         # A queue of more than two requests a replica: requests wait for this pool (for
         # decode that wait shows in TTFT, not ITL), so it counts as a miss for the model.
         backlogged = _backlogged(pool)
-        blamed_on_decode = role is Role.PREFILL and decode_backlogged and not backlogged and \
-            latency is not None and latency > st.capacity.slo_s
         blame_note = None
-        if blamed_on_decode:
+        if role is Role.PREFILL and decode_backlogged and not backlogged and \
+                latency is not None and latency > st.capacity.slo_s:
             blame_note = (f"{LATENCY_SIGNAL[role]} {latency:.3g}s over the SLO while decode is "
                           f"backlogged: decode's miss, not prefill's")
             latency = None  # no reaction and no learning here

@@ -96,20 +96,22 @@ def _plots(results: dict[str, SimResult]) -> dict[str, bytes]:
     ax.grid(alpha=0.3)
     out["plots/gpu_hours_vs_attainment.png"] = png(fig)
 
-    columns = ("minute", "arrivals_rps", "prefill_ready", "prefill_starting", "decode_ready",
-               "decode_starting")
-    series = {policy: {c: [r[c] for r in result.timeseries] for c in columns}
+    series = {policy: {c: [r[c] for r in result.timeseries] for c in REPLICAS_COLUMNS}
               for policy, result in results.items()}
     fig = replicas_figure(series, "Replicas (ready + starting) against the load", "hours")
     out["plots/replicas_vs_load.png"] = png(fig)
     return out
 
 
+REPLICAS_COLUMNS = ("minute", "arrivals_rps", "prefill_ready", "prefill_starting",
+                    "decode_ready", "decode_starting")
+"""The time-series columns :func:`replicas_figure` draws."""
+
+
 def replicas_figure(series: Mapping[str, Mapping[str, Sequence[float]]], title: str,
                     xlabel: str, colours: Mapping[str, str] | None = None) -> Any:
     """Load (from the first policy's series) over prefill and decode replicas, ready plus
-    starting, one line a policy. Each series has the columns minute, arrivals_rps,
-    prefill_ready, prefill_starting, decode_ready and decode_starting."""
+    starting, one line a policy. Each series has the columns of ``REPLICAS_COLUMNS``."""
     import matplotlib
 
     matplotlib.use("Agg")
