@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from controller._runtime import Controller
-from controller._webhook import AlertmanagerPayload
+from controller._webhook import AlertmanagerPayload, NotLeader
 
 __all__ = ["create_app"]
 
@@ -89,12 +89,15 @@ def create_app(controller: Controller) -> FastAPI:
     @app.post("/v1/alerts/alertmanager", summary="Alertmanager webhook (payload version 4)",
               status_code=200,
               responses={200: {"model": Accepted}, 400: {"model": Problem},
-                         401: {"model": Problem}, 413: {"model": Problem},
+                         401: {"model": Problem}, 403: {"model": Problem},
+                         413: {"model": Problem},
                          415: {"model": Problem}, 422: {"model": Problem},
                          503: {"model": Problem}},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": AlertmanagerPayload.model_json_schema()}}}})
     async def alertmanager(request: Request) -> JSONResponse:
+        if controller.webhook_refusal is not None:
+            return _problem(403, "webhook disabled", controller.webhook_refusal)
         if not controller.authenticator.check(request.headers.get("authorization")):
             return _problem(401, "missing or wrong credentials",
                             "send the bearer token or basic auth configured in "
@@ -127,6 +130,10 @@ def create_app(controller: Controller) -> FastAPI:
         except queue.Full:
             return _problem(503, "reaction queue full; Alertmanager will retry",
                             headers={"Retry-After": "5"})
+        except NotLeader:
+            return _problem(503, "this replica is the standby; Alertmanager will retry and "
+                            "reach the leader", {"identity": controller.identity},
+                            headers={"Retry-After": "1"})
         return JSONResponse({"status": "accepted", "alerts": len(payload.alerts),
                              "queued": queued, "duplicates": duplicates})
 

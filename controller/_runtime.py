@@ -36,7 +36,8 @@ from telemetry import (
     PrometheusUnavailable,
 )
 
-__all__ = ["Controller", "KubeConfigError", "kube_client", "reader_from_spec", "serve"]
+__all__ = ["Controller", "KubeConfigError", "is_loopback", "kube_client", "reader_from_spec",
+           "serve"]
 
 log = logging.getLogger("pdscale.controller")
 
@@ -85,6 +86,18 @@ def serve(controller: Controller, host: str, port: int, *, log_level: str = "inf
     finally:
         controller.stop()
     return signal.Signals(stopping[0]).name if stopping else None
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or ``localhost``; False for wildcards and everything else."""
+    import ipaddress
+
+    if host.strip("[]").lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def reader_from_spec(spec: Spec, url: str | None = None) -> PrometheusReader:
@@ -157,10 +170,34 @@ class Controller:
             telemetry=self.telemetry, current_replicas=self._current_replicas,
             request_tick=self.reconciler.request_tick,
             pods=KubePodLabeler(self.api) if self.api is not None else self.kube,
-            events=self.kube)
+            events=self.kube, dry_run=dry,
+            is_leader=self.elector.is_leader if self.elector else (lambda: True))
+        self.webhook_refusal: str | None = None
+        """Why the webhook refuses every delivery (unauthenticated on a non-loopback
+        address); None when it serves. Set by :meth:`expose`."""
         self.warm_result: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def expose(self, host: str, *, allow_unauthenticated: bool = False) -> str | None:
+        """Decide whether the webhook may serve on ``host``: without authentication it serves
+        only on a loopback address, unless ``allow_unauthenticated`` (or
+        ``reactions.auth.allow_unauthenticated``) says the exposure is deliberate. Returns the
+        refusal (also logged and shown on /v1/status), or None."""
+        allowed = allow_unauthenticated or self.spec.reactions.auth.allow_unauthenticated
+        if self.authenticator.configured or allowed or is_loopback(host):
+            self.webhook_refusal = None
+            if not self.authenticator.configured:
+                log.warning("the Alertmanager webhook accepts unauthenticated requests on %s "
+                            "(%s)", host, "allowed explicitly" if allowed else "loopback only")
+            return None
+        self.webhook_refusal = (
+            f"the Alertmanager webhook is disabled: no authentication is configured and the API "
+            f"listens on {host}, where anyone who reaches the port could scale or drain pools. "
+            "Set spec.reactions.auth (a bearer token file, as deploy/ does), listen on "
+            "127.0.0.1, or pass --allow-unauthenticated-webhook if the exposure is deliberate")
+        log.warning("%s", self.webhook_refusal)
+        return self.webhook_refusal
 
     def _current_replicas(self, key: PoolKey) -> int | None:
         last = self.reconciler.last.get(key)
@@ -276,5 +313,7 @@ class Controller:
             "tick_s": self.reconciler.tick_s,
             **snap,
             "overrides": self.reconciler.overrides.active(self.clock.now()),
-            "webhook": {"auth": self.authenticator.describe(), **self.receiver.snapshot()},
+            "webhook": {"auth": self.authenticator.describe(),
+                        "serving": self.webhook_refusal is None,
+                        "refusal": self.webhook_refusal, **self.receiver.snapshot()},
         }

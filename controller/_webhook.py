@@ -16,9 +16,27 @@ Reactions (``spec.reactions.rules``, first match wins, critical alerts only):
   pool is held meanwhile. Only pods matching the pool's pod regex are touched.
 * ``notify_only``: recorded, nothing else.
 
-Guards, in order: global kill switch, per-pool cooldown, at most ``max_actions`` per
-``window`` across all pools, dry run. Every reaction is recorded with the alert that caused
+Guards, in order: leadership, global kill switch, per-pool cooldown, at most ``max_actions``
+per ``window`` across all pools, dry run. Every reaction is recorded with the alert that caused
 it (``/v1/status``, ``/v1/decisions``, ``pdscale_alert_reactions_total``, a Kubernetes Event).
+
+Only the leader acts. With two controller replicas behind one Service, Alertmanager's delivery
+lands on either; the standby refuses it with 503 (:class:`NotLeader`), which Alertmanager
+retries with backoff and so, within a retry or two, delivers to the leader. Forwarding to the
+leader was rejected: the Lease names the holder's identity, not an address, and a forward
+would be a second network hop that can fail in its own ways. An alert queued on the leader that
+loses the lease before acting is recorded ``not_leader`` and forgotten by the dedupe table, so
+the next delivery (a retry or Alertmanager's repeat) acts on whichever replica leads then.
+
+Dry run, from ``reactions.dry_run`` or from the controller's own dry run (``pdscale run
+--dry-run`` or ``controller.dry_run``), stops every write: no floor, no hold, no pod label, no
+Event.
+
+Dedupe: Alertmanager delivers at least once (HA peers, retries, the repeat interval). An
+alert's (fingerprint, startsAt, status) counts as handled only once it was acted on or
+deliberately dropped for good (a warning, no matching rule, no pool, refused, dry run). An
+alert refused for a reason that passes (cooldown, rate limit, kill switch, not the leader, a
+failed write) is forgotten, so Alertmanager's next repeat of it acts.
 """
 
 from __future__ import annotations
@@ -43,7 +61,8 @@ from controller._reconciler import Overrides
 from pdscale.spec import ReactionAction, ReactionRule, ReactionSettings, Role, Spec, WebhookAuth
 from telemetry import ControllerTelemetry
 
-__all__ = ["AlertReceiver", "AlertmanagerAlert", "AlertmanagerPayload", "WebhookAuthenticator"]
+__all__ = ["AlertReceiver", "AlertmanagerAlert", "AlertmanagerPayload", "NotLeader",
+           "WebhookAuthenticator"]
 
 log = logging.getLogger("pdscale.webhook")
 
@@ -149,6 +168,14 @@ class WebhookAuthenticator:
 # -- reactions ---------------------------------------------------------------------------------
 
 
+class NotLeader(Exception):
+    """This replica is the standby: the delivery must go to the leader (answer 503)."""
+
+
+RETRYABLE_OUTCOMES = frozenset({"cooldown", "rate_limited", "disabled", "not_leader", "failed"})
+"""Outcomes that pass: the alert is not remembered as handled, so a later delivery acts."""
+
+
 class PodLabeler(Protocol):
     def label_pod(self, namespace: str, pod: str, label: str, value: str) -> None:
         ...
@@ -169,8 +196,8 @@ class ReactionRecord:
     pool: PoolKey | None
     action: str
     outcome: str
-    """applied, dry_run, disabled, cooldown, rate_limited, no_pool, refused, failed, recorded,
-    resolved."""
+    """applied, dry_run, disabled, cooldown, rate_limited, not_leader, no_pool, refused, failed,
+    recorded, resolved."""
     message: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -186,6 +213,7 @@ class AlertReceiver:
                  current_replicas: Callable[[PoolKey], int | None],
                  request_tick: Callable[[], None] = lambda: None,
                  pods: PodLabeler | None = None, events: EventRecorder | None = None,
+                 dry_run: bool = False, is_leader: Callable[[], bool] = lambda: True,
                  dedupe_size: int = 50_000, queue_size: int = 10_000,
                  history: int = 1000) -> None:
         self.spec = spec
@@ -198,7 +226,11 @@ class AlertReceiver:
         self.pods = pods
         self.events = events
         self.enabled = self.settings.enabled
+        self.dry_run = dry_run or self.settings.dry_run
+        """Either the controller's dry run or reactions.dry_run: no write of any kind."""
+        self.is_leader = is_leader
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        """Handled alerts, and those queued but not yet processed."""
         self._dedupe_size = dedupe_size
         self._queue: queue.Queue[AlertmanagerAlert | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.RLock()
@@ -218,7 +250,10 @@ class AlertReceiver:
 
     def submit(self, payload: AlertmanagerPayload) -> tuple[int, int]:
         """Queue the payload's new alerts; returns (queued, duplicates). Raises queue.Full
-        when the worker is behind (answer 503: Alertmanager retries)."""
+        when the worker is behind and NotLeader on the standby (answer 503 to both:
+        Alertmanager retries)."""
+        if not self.is_leader():
+            raise NotLeader
         with self._lock:
             keys: list[tuple[str, str, str]] = []
             keyset: set[tuple[str, str, str]] = set()
@@ -324,7 +359,7 @@ class AlertReceiver:
         self.telemetry.reactions.add(1, {"action": action, "alertname": rec.alertname,
                                          "outcome": outcome})
         if outcome in ("applied", "resolved", "failed") and pool is not None \
-                and self.events is not None:
+                and self.events is not None and not self.dry_run:
             try:
                 self.events.event(pool, "PdscaleAlertReaction",
                                   f"{rec.alertname} ({alert.status}): {action} {outcome}: "
@@ -336,6 +371,15 @@ class AlertReceiver:
         return rec
 
     def process(self, alert: AlertmanagerAlert) -> ReactionRecord:
+        record = self._process(alert)
+        if record.outcome in RETRYABLE_OUTCOMES:
+            key = (alert.fingerprint or _fallback_fingerprint(alert.labels), alert.startsAt,
+                   alert.status)
+            with self._lock:
+                self._seen.pop(key, None)
+        return record
+
+    def _process(self, alert: AlertmanagerAlert) -> ReactionRecord:
         labels = alert.labels
         severity = labels.get("severity", "")
         cause = alert.fingerprint or _fallback_fingerprint(labels)
@@ -352,6 +396,10 @@ class AlertReceiver:
                     table.popitem(last=False)
             else:
                 table.pop(cause, None)
+        if not self.is_leader():
+            return self._record(alert, pool, "none", "not_leader",
+                                "this replica lost the lease before acting; the next delivery "
+                                "goes to the leader")
         if alert.status == "resolved":
             ended = self.overrides.release(cause)
             if ended:
@@ -393,7 +441,7 @@ class AlertReceiver:
              now: float) -> ReactionRecord:
         name = alert.labels.get("alertname", "alert")
         action = rule.action.value
-        dry = self.settings.dry_run
+        dry = self.dry_run
         until = now + rule.hold
         if rule.action is ReactionAction.SCALE_UP:
             current = self.current_replicas(pool) or 0
@@ -439,7 +487,8 @@ class AlertReceiver:
     def snapshot(self, limit: int = 50) -> dict[str, Any]:
         with self._lock:
             return {
-                "enabled": self.enabled, "dry_run": self.settings.dry_run,
+                "enabled": self.enabled, "dry_run": self.dry_run,
+                "leader": self.is_leader(),
                 "received": self.received, "duplicates": self.duplicates,
                 "queued": self._queue.qsize(),
                 "firing_critical": list(self.critical.values())[-limit:],

@@ -691,6 +691,21 @@ def _parse_listen(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 
+def _port_busy(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None (checked before anything starts, so a
+    busy port is a clear error rather than a half-started controller)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
@@ -726,6 +741,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             leader_election=False if args.no_leader_election else None,
                             sim_url=args.sim_url, **kwargs)
     host, port = args.listen
+    busy = _port_busy(host, port)
+    if busy:
+        _err(f"cannot listen on {host}:{port}: {busy}; stop what holds the port or pass "
+             "--listen HOST:PORT with a free one")
+        return EXIT_BAD_INPUT
+    refusal = controller.expose(host, allow_unauthenticated=args.allow_unauthenticated_webhook)
+    if refusal:
+        print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
@@ -936,7 +959,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decide and record, never scale or label anything")
     p.add_argument("--kubeconfig", help="default: the in-cluster ServiceAccount")
     p.add_argument("--listen", type=_parse_listen, default=("0.0.0.0", 8080),
-                   metavar="HOST:PORT", help="API address (default 0.0.0.0:8080)")
+                   metavar="HOST:PORT", help="API address (default 0.0.0.0:8080). Without "
+                   "spec.reactions.auth the Alertmanager webhook is served only on a loopback "
+                   "address")
+    p.add_argument("--allow-unauthenticated-webhook", action="store_true",
+                   help="serve the webhook without authentication on a non-loopback address "
+                        "(anyone who reaches the port can scale and drain pools)")
     p.add_argument("--prometheus-url", help="overrides spec.controller.prometheus.url")
     p.add_argument("--identity", help="leader-election identity (default: POD_NAME or the "
                                       "host name)")

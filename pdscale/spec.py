@@ -475,6 +475,10 @@ class WebhookAuth(_Model):
                                          description="Environment variable holding the token")
     basic_auth_file: str | None = Field(default=None,
                                         description="File holding 'user:password'")
+    allow_unauthenticated: bool = Field(
+        default=False, description="Serve the webhook without authentication on a non-loopback "
+        "address (anyone who reaches the port can then scale and drain pools); without it, "
+        "pdscale run disables the webhook there and says so")
 
 
 class DrainSettings(_Model):

@@ -157,3 +157,21 @@ def test_dockerfile_copies_what_exists_and_runs_the_controller() -> None:
     assert uid is not None
     assert int(uid.group(1)) == dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
     assert container["args"][0] == "run"
+
+
+def test_deploy_ships_an_authenticated_webhook() -> None:
+    """The controller reads a token from a required Secret, and the spec's generated
+    Alertmanager receiver sends the same token: no anonymous drain or scale-up."""
+    spec = load_spec(DEPLOY / "spec.yaml")
+    token = spec.reactions.auth.bearer_token_file
+    assert token is not None and not spec.reactions.auth.allow_unauthenticated
+    deployment = next(o for o in _objects() if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    secret_mount = next(name for name, path in mounts.items()
+                        if token.startswith(path.rstrip("/") + "/"))
+    secret = volumes[secret_mount]["secret"]
+    assert secret.get("optional") is False  # no Secret, no pod: never an open webhook
+    assert spec.alerts.webhook.credentials_file is not None
+    assert f"/secrets/{secret['secretName']}/" in spec.alerts.webhook.credentials_file

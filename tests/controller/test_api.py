@@ -72,7 +72,7 @@ def make_spec(tmp_path: Path, extra: str = "") -> Spec:
 
 
 @contextmanager
-def running(spec: Spec, token_file: Path) -> Iterator[Env]:
+def running(spec: Spec, token_file: Path, *, dry_run: bool | None = None) -> Iterator[Env]:
     """The controller's app against the API stand-in (two pools, two pods), in process."""
     state = ApiState()
     state.add("llm", "deployments", "chat-prefill", 2)
@@ -86,7 +86,8 @@ def running(spec: Spec, token_file: Path) -> Iterator[Env]:
         config.retries = False
         with k8s.ApiClient(config) as api:
             controller = Controller(spec, api, reader_from_spec(spec), clock=clock,
-                                    identity="test-0", leader_election=False)
+                                    identity="test-0", leader_election=False,
+                                    dry_run=dry_run)
             with TestClient(create_app(controller)) as client:
                 yield Env(client, controller, state, clock, token_file)
             controller.reconciler.close()

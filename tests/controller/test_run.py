@@ -96,3 +96,61 @@ def test_run_outside_a_cluster_without_kubeconfig_says_what_to_do() -> None:
                          text=True, env=env, timeout=60)
     assert out.returncode == 2
     assert "--kubeconfig" in out.stderr
+
+
+def test_run_on_a_busy_port_exits_2_before_starting(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "pdscale", "run", "--spec", str(ROOT / "examples" / "vllm.yaml"),
+             "--sim-url", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr and "--listen" in out.stderr
+    assert "API on" not in out.stderr  # no URL printed for a server that never ran
+
+
+def test_run_unauthenticated_on_all_interfaces_refuses_the_webhook(tmp_path: Path) -> None:
+    """examples/vllm.yaml has no reactions.auth: on 0.0.0.0 the webhook is disabled, says so
+    on stderr and /v1/status, and a critical alert changes nothing (traffic here is loopback)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "pdscale", "run", "--spec", str(ROOT / "examples" / "vllm.yaml"),
+           "--sim-url", f"http://127.0.0.1:{free_port()}", "--listen", f"0.0.0.0:{port}",
+           "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        status: Any = None
+        while time.monotonic() < deadline and status is None:
+            try:
+                code, body = _get(f"{base}/v1/status")
+                status = body if code == 200 else None
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.3)
+        assert status is not None
+        assert status["webhook"]["serving"] is False
+        assert "no authentication" in status["webhook"]["refusal"]
+        body = json.dumps({"version": "4", "status": "firing", "alerts": [{
+            "status": "firing", "labels": {"alertname": "LLMGPUXidError", "severity": "critical",
+                                           "pdscale_service": "llama-chat",
+                                           "pdscale_pool": "prefill", "pod": "llama-chat-p-1"},
+            "startsAt": "2026-12-03T10:00:00Z", "fingerprint": "x"}]}).encode()
+        req = urllib.request.Request(f"{base}/v1/alerts/alertmanager", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=5)
+            raise AssertionError("the webhook accepted an unauthenticated alert on 0.0.0.0")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 403
+        assert _get(f"{base}/v1/status")[1]["webhook"]["received"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert "warning: the Alertmanager webhook is disabled" in out
