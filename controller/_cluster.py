@@ -24,12 +24,42 @@ from telemetry import (
     SignalValue,
 )
 
-__all__ = ["POLICY_SIGNALS", "ClusterSource", "warm_from_history"]
+__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
+           "warm_from_history"]
 
 POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
                   Signal.QUEUE_DEPTH, Signal.REQUEST_RATE)
 """What the policy reads each tick (one query each, for all pools)."""
+HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
+"""How old the pool's engine samples are and how many of its scrape targets answer: read
+with the policy's signals, they decide whether those can be trusted."""
+
+
+def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float
+                ) -> tuple[float | None, str | None]:
+    """(age of the pool's newest engine sample, why the data is degraded or None).
+
+    The recorded signals are rates over minutes: when a target dies they keep a value for
+    minutes, falling as the window empties, and the recording rule's own timestamp stays
+    fresh. The engine samples' age and the targets' health show the death within one scrape
+    interval (Prometheus marks a dead target's series stale at its first failed scrape)."""
+    age_v = values.get(Signal.SAMPLE_AGE_S)
+    age = None
+    if age_v is not None and age_v.value is not None and age_v.age_s is not None:
+        age = max(0.0, age_v.value) + age_v.age_s
+    up = values.get(Signal.TARGETS_UP)
+    total = values.get(Signal.TARGETS)
+    why = []
+    if up is not None and total is not None and up.value is not None and total.value \
+            and up.value < total.value:
+        why.append(f"{total.value - up.value:.0f} of {total.value:.0f} scrape targets down")
+    if age is None:
+        why.append("no fresh engine sample (every target gone, or the "
+                   f"{Signal.SAMPLE_AGE_S.value} rule missing)")
+    elif age > stale_after_s:
+        why.append(f"newest engine sample {age:.0f}s old (stale after {stale_after_s:.0f}s)")
+    return age, "; ".join(why) or None
 
 
 def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | None]:
@@ -54,7 +84,8 @@ class ClusterSource:
     def observe(self, now_s: float) -> SourceResult:
         errors: list[AdapterError] = []
         try:
-            signals = self.reader.read(self.spec, POLICY_SIGNALS, at_s=now_s)
+            signals = self.reader.read(self.spec, POLICY_SIGNALS + HEALTH_SIGNALS,
+                                       at_s=now_s)
         except PrometheusUnavailable as exc:
             errors.append(AdapterError("prometheus", "unavailable", str(exc), None, now_s))
             signals = {}
@@ -73,15 +104,27 @@ class ClusterSource:
                     errors.append(AdapterError.from_scaling(status, key, now_s))
                     continue
                 values = signals.get(key, {})
+                sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s)
+                if sample_age is None or sample_age > self.reader.stale_after_s:
+                    # No engine sample to trust: the rates still computed from the window's
+                    # older samples would read as falling demand. Withhold them.
+                    values = {sig: SignalValue(None, v.age_s) if sig in POLICY_SIGNALS else v
+                              for sig, v in values.items()}
+                values = {sig: v for sig, v in values.items() if sig not in HEALTH_SIGNALS}
                 ages = [v.age_s for v in values.values() if v.age_s is not None]
                 staleness[key] = {sig.value: v.age_s for sig, v in values.items()}
+                staleness[key][Signal.SAMPLE_AGE_S.value] = sample_age
                 replicas = PoolReplicas(
                     ready=status.ready, starting=max(0, status.desired - status.ready),
                     draining=max(0, status.replicas - status.desired), desired=status.desired,
                     min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
                     gpus_per_replica=pool.gpus_per_replica)
-                data_time = now_s - (min(ages) if ages else 0.0)
-                pools[key] = PoolObservation(key, replicas, _pool_signals(values), data_time)
+                if sample_age is not None:
+                    data_time = now_s - sample_age
+                else:
+                    data_time = now_s - (min(ages) if ages else 0.0)
+                pools[key] = PoolObservation(key, replicas, _pool_signals(values), data_time,
+                                             degraded=degraded)
         return SourceResult(Observation(now_s, pools), errors, staleness)
 
 

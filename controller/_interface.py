@@ -53,7 +53,11 @@ class PoolObservation:
     signals: Mapping[str, float | None]
     """Signal name (telemetry.Signal values) -> value, None when missing or stale."""
     data_time_s: float
-    """When the signals were true (observation time minus scrape and rule delays)."""
+    """When the signals were true: the time of the pool's newest engine sample where the
+    source knows it (not the recording rule's evaluation time)."""
+    degraded: str | None = None
+    """Why the signals cannot be trusted to shrink the pool (scrape targets down, data too
+    old), in words; None when they can. The policy never scales a degraded pool down."""
 
 
 @dataclass(frozen=True)

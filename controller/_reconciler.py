@@ -185,6 +185,25 @@ class Overrides:
                 decisions[key] = d
 
 
+def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
+    """A pool whose data is degraded (targets down, samples old) is never scaled down,
+    whatever the policy read: its signals may be low because part of the pool went unseen."""
+    for key, d in list(decisions.items()):
+        pool = observation.pools.get(key)
+        if pool is None or pool.degraded is None:
+            continue
+        held = max(pool.replicas.desired, pool.replicas.active)
+        if d.desired_replicas < held:
+            decisions[key] = replace(
+                d, desired_replicas=held, cause="degraded",
+                reasons=(*d.reasons, f"degraded: {pool.degraded}; holding {held} replicas, "
+                                     "no scale-down"),
+                detail={**d.detail, "degraded": pool.degraded, "held": held})
+        elif pool.degraded not in " ".join(d.reasons):
+            decisions[key] = replace(d, reasons=(*d.reasons, f"degraded: {pool.degraded}"),
+                                     detail={**d.detail, "degraded": pool.degraded})
+
+
 @dataclass
 class TickReport:
     started_s: float
@@ -297,6 +316,7 @@ class Reconciler:
                     errors.append(AdapterError("policy", "error",
                                                f"{type(exc).__name__}: {exc}", None, now))
                     decisions = {}
+                hold_degraded(decisions, obs)
                 self.overrides.apply(decisions, obs)
                 decisions = apply_constraints(decisions, obs, self.constraints)
             with tracer.start_as_current_span("act"):
@@ -392,6 +412,20 @@ class Reconciler:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    @staticmethod
+    def _pool_status(record: DecisionRecord, last: TickReport | None) -> dict[str, Any]:
+        """The pool's last decision, marked ``current: false`` (with the age and the last
+        tick's errors) when later ticks made none for it: a failing tick must not leave an
+        old decision looking like today's."""
+        row = record.as_dict()
+        current = last is None or record.time_s >= last.started_s
+        row["current"] = current
+        if not current and last is not None:
+            row["decision_age_s"] = last.started_s - record.time_s
+            row["why_not_current"] = "; ".join(e.message for e in last.errors[:3]) or \
+                "the last tick made no decision for this pool"
+        return row
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             last = self.last_tick
@@ -400,6 +434,7 @@ class Reconciler:
                 "last_tick": None if last is None else {
                     "at": last.started_s, "wall_s": last.wall_s, "cpu_s": last.cpu_s,
                     "leader": last.leader, "errors": [e.as_dict() for e in last.errors]},
-                "pools": {f"{k[0]}/{k[1].value}": v.as_dict() for k, v in self.last.items()},
+                "pools": {f"{k[0]}/{k[1].value}": self._pool_status(v, last)
+                          for k, v in self.last.items()},
                 "recent_errors": [e.as_dict() for e in list(self.errors)[-20:]],
             }

@@ -92,6 +92,7 @@ class Signal(StrEnum):
     GPU_XID_ERRORS = "gpu_xid_errors"
     TARGETS_UP = "targets_up"
     TARGETS = "targets"
+    SAMPLE_AGE_S = "sample_age_s"
     # The control plane's own series (exported by the controller, not recorded).
     DESIRED_REPLICAS = "desired_replicas"
     READY_REPLICAS = "ready_replicas"
@@ -179,6 +180,8 @@ _DEFS: tuple[SignalDef, ...] = (
        "Scrape targets of the pool that are up"),
     _d(Signal.TARGETS, "pdscale_pool:targets:count", "short",
        "Scrape targets of the pool"),
+    _d(Signal.SAMPLE_AGE_S, "pdscale_pool:sample_age:seconds", "s",
+       "Age of the newest engine sample of the pool (absent once every target is gone)"),
     _d(Signal.DESIRED_REPLICAS, "pdscale_desired_replicas", "short",
        "Replicas the controller wants", scope="control"),
     _d(Signal.READY_REPLICAS, "pdscale_ready_replicas", "short",
@@ -337,6 +340,22 @@ _GPU_AND_TARGETS: dict[Signal, str] = {
     Signal.TARGETS: "count by (namespace) (up{$tgt})",
 }
 
+# A gauge every replica of the pool exports on every scrape: the age of its newest sample is
+# the age of the pool's data. Once a target dies Prometheus marks its series stale at the next
+# failed scrape, so the age goes absent within one scrape interval, while a rate() over 5m of
+# the same target would read as demand falling for five minutes.
+_LIVENESS: dict[Engine, str] = {
+    Engine.VLLM: "vllm:num_requests_running",
+    Engine.SGLANG: "sglang:num_running_reqs",
+    Engine.TGI: "tgi_queue_size",
+    Engine.DYNAMO: "dynamo_component_inflight_requests",
+}
+
+
+def _sample_age(metric: str) -> str:
+    return f"time() - max by (namespace) (timestamp({metric}{{$eng}}))"
+
+
 # Histogram (base name) behind each SLO, per engine: the SLO error ratio is read at the bucket
 # whose upper bound is the SLO threshold.
 _SLO_HISTOGRAMS: dict[Engine, dict[str, tuple[str, str]]] = {
@@ -375,6 +394,7 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
                 continue
             table[signal] = expr
     table.update(_GPU_AND_TARGETS)
+    table[Signal.SAMPLE_AGE_S] = _sample_age(_LIVENESS[service.engine])
     return table
 
 
@@ -526,6 +546,7 @@ def _known_metrics() -> frozenset[str]:
     for table in (_VLLM, _SGLANG, _DYNAMO_FRONTEND, _TGI, _GPU_AND_TARGETS):
         for expr in table.values():
             names |= _metric_names_of(expr)
+    names |= set(_LIVENESS.values())
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}

@@ -154,6 +154,20 @@ def test_missing_kubernetes_object_is_reported_and_others_go_on(env: Env) -> Non
     assert err.kind == "rejected" and "not found" in err.message and err.pool == D
 
 
+def test_status_marks_a_decision_later_ticks_did_not_renew(env: Env) -> None:
+    env.controller.reconciler.tick()
+    pools = env.client.get("/v1/status").json()["pools"]
+    assert pools["chat/decode"]["current"] is True
+    del env.state.objects[("llm", "deployments", "chat-decode")]
+    env.clock.t += 15
+    env.controller.reconciler.tick()
+    pools = env.client.get("/v1/status").json()["pools"]
+    assert pools["chat/prefill"]["current"] is True
+    stale = pools["chat/decode"]
+    assert stale["current"] is False and stale["decision_age_s"] == 15
+    assert "not found" in stale["why_not_current"]
+
+
 # -- webhook: authentication and input checks -------------------------------------------------
 
 

@@ -282,3 +282,40 @@ def _counter(text: str, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def test_data_health_reads_sample_age_and_targets() -> None:
+    from controller._cluster import data_health
+    from telemetry import Signal, SignalValue
+
+    fresh = {Signal.SAMPLE_AGE_S: SignalValue(1.0, 0.5), Signal.TARGETS_UP: SignalValue(3, 0.5),
+             Signal.TARGETS: SignalValue(3, 0.5)}
+    assert data_health(fresh, 100.0, 60.0) == (1.5, None)
+    partial = {**fresh, Signal.TARGETS_UP: SignalValue(2, 0.5)}
+    assert data_health(partial, 100.0, 60.0) == (1.5, "1 of 3 scrape targets down")
+    old = {**fresh, Signal.SAMPLE_AGE_S: SignalValue(90.0, 0.5)}
+    age, why = data_health(old, 100.0, 60.0)
+    assert age == 90.5 and why is not None and "90s old" in why
+    gone = {**fresh, Signal.SAMPLE_AGE_S: SignalValue(None, None)}
+    assert data_health(gone, 100.0, 60.0)[0] is None
+    assert "no fresh engine sample" in (data_health(gone, 100.0, 60.0)[1] or "")
+
+
+def test_a_degraded_pool_is_never_scaled_down_but_may_grow() -> None:
+    from controller._interface import Observation, PoolDecision, PoolObservation, PoolReplicas
+    from controller._reconciler import hold_degraded
+    from pdscale.spec import Role
+
+    key = ("s", Role.PREFILL)
+    replicas = PoolReplicas(ready=4, starting=0, draining=0, desired=4, min_replicas=1,
+                            max_replicas=10)
+    obs = Observation(0.0, {key: PoolObservation(key, replicas, {}, 0.0,
+                                                 degraded="1 of 4 scrape targets down")})
+    down = {key: PoolDecision(2, ("forecast",), "scale_down")}
+    hold_degraded(down, obs)
+    assert down[key].desired_replicas == 4 and down[key].cause == "degraded"
+    assert "1 of 4 scrape targets down" in down[key].reasons[-1]
+    up = {key: PoolDecision(6, ("reactive",), "reactive")}
+    hold_degraded(up, obs)
+    assert up[key].desired_replicas == 6 and up[key].cause == "reactive"
+    assert up[key].detail["degraded"] == "1 of 4 scrape targets down"

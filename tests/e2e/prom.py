@@ -84,16 +84,28 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
+class Exporter(str):
+    """The exporter's ``host:port``, and :meth:`close` to kill it mid-test (a dead target)."""
+
+    server: ThreadingHTTPServer
+
+    def close(self) -> None:
+        if self.server.socket.fileno() != -1:
+            self.server.shutdown()
+            self.server.server_close()
+
+
 @contextmanager
-def exporter(port: int) -> Iterator[str]:
+def exporter(port: int) -> Iterator[Exporter]:
     server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    address = Exporter(f"127.0.0.1:{port}")
+    address.server = server
     try:
-        yield f"127.0.0.1:{port}"
+        yield address
     finally:
-        server.shutdown()
-        server.server_close()
+        address.close()
 
 
 @contextmanager
