@@ -5,8 +5,21 @@ Teams that keep their autoscaler run pdscale in recommendation mode: it only exp
 or an HPA (an External metric served by prometheus-adapter) follow it. Both use an
 ``AverageValue`` target of 1: the HPA then computes ceil(metric / 1) = the metric, whatever the
 current replica count (a ``Value`` target would multiply by it). pdscale's bounds become the
-scaler's bounds; the scale-down stabilisation stays in pdscale, so the scaler's own windows are
-set to act at once.
+scaler's bounds; scale-up acts at once.
+
+Missing metrics hold, never shrink: pdscale's own rule is that no data means no scale-down,
+and the scaler must keep it when ``pdscale_desired_replicas`` disappears (the controller is
+down, Prometheus is down, the series went stale).
+
+* KEDA: the Prometheus scaler reads an empty result as 0 by default (``ignoreNullValues``
+  true), which would take the pool to its minimum. The trigger sets it to "false", so an empty
+  result is a scaler error, and ``fallback`` (after ``FALLBACK_FAILURES`` failed polls) with
+  ``behavior: currentReplicas`` keeps the replicas the pool has (KEDA 2.17 and later; older
+  KEDA rejects the field: remove it there, and without a usable metric the HPA holds anyway).
+* HPA: a failed External metric makes the HPA keep its replica count (FailedGetExternalMetric).
+* Both: a scale-down stabilisation window of ``SCALE_DOWN_STABILISATION_S``, so one bad poll
+  (a gap, a restarted controller's first seconds) cannot shrink a pool; pdscale's own
+  stabilisation comes before it.
 """
 
 from __future__ import annotations
@@ -16,7 +29,13 @@ from typing import Any
 
 from pdscale.spec import PoolSpec, Role, ServiceSpec, Spec
 
-__all__ = ["hpa_manifests", "keda_manifests"]
+__all__ = ["FALLBACK_FAILURES", "SCALE_DOWN_STABILISATION_S", "hpa_manifests",
+           "keda_manifests"]
+
+FALLBACK_FAILURES = 3
+"""Failed polls (15 s each) before KEDA's fallback holds the pool."""
+SCALE_DOWN_STABILISATION_S = 120
+"""The scaler's own scale-down window: longer than a few polls, short beside pdscale's."""
 
 
 def _query(service: str, role: Role) -> str:
@@ -54,15 +73,21 @@ def keda_manifests(spec: Spec, *, prometheus_url: str) -> list[dict[str, Any]]:
                 "maxReplicaCount": pool.max_replicas,
                 "pollingInterval": 15,
                 "cooldownPeriod": 30,
+                "fallback": {"failureThreshold": FALLBACK_FAILURES,
+                             "replicas": pool.min_replicas,
+                             "behavior": "currentReplicas"},
                 "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
-                    "scaleDown": {"stabilizationWindowSeconds": 0},
+                    "scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILISATION_S},
                     "scaleUp": {"stabilizationWindowSeconds": 0}}}},
                 "triggers": [{
                     "type": "prometheus",
                     "metricType": "AverageValue",
                     "metadata": {"serverAddress": prometheus_url,
                                  "query": _query(service.name, role),
-                                 "threshold": "1"},
+                                 "threshold": "1",
+                                 # An empty result is an error (then the fallback holds),
+                                 # not 0.
+                                 "ignoreNullValues": "false"},
                 }],
             },
         })
@@ -97,7 +122,7 @@ def hpa_manifests(spec: Spec) -> list[dict[str, Any]]:
                     "scaleUp": {"stabilizationWindowSeconds": 0,
                                 "policies": [{"type": "Percent", "value": 1000,
                                               "periodSeconds": 15}]},
-                    "scaleDown": {"stabilizationWindowSeconds": 0,
+                    "scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILISATION_S,
                                   "policies": [{"type": "Percent", "value": 100,
                                                 "periodSeconds": 15}]},
                 },
