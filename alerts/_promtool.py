@@ -31,7 +31,7 @@ from alerts._rules import (
     alert_labels,
     pool_labels,
 )
-from pdscale.spec import Role, ServiceSpec, Spec
+from pdscale.spec import Role, ServiceSpec, Spec, regex_examples
 from telemetry import (
     Signal,
     engine_signals,
@@ -329,9 +329,11 @@ def _scenario_test(spec: Spec, d: AlertDef, baseline: Baseline,
 _MATCHER = re.compile(r'(\w+)(=~|!=|!~|=)"((?:[^"\\]|\\.)*)"')
 
 
-def _example_labels(expr: str, metric: str) -> dict[str, str] | None:
-    """Labels that satisfy the matchers of ``metric`` in ``expr``, or None if unsure."""
-    found = re.search(re.escape(metric) + r"\{([^}]*)\}", expr)
+def _example_labels(expr: str, metric: str, variant: int = 0) -> dict[str, str] | None:
+    """Labels that satisfy the matchers of ``metric`` in ``expr``, or None if unsure;
+    ``variant`` picks another example for regex matchers (a second pod of the pool)."""
+    # Matcher values are quoted and may hold braces (a pod regex such as '[a-z0-9]{5}').
+    found = re.search(re.escape(metric) + r'\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}', expr)
     if found is None:
         return None
     labels: dict[str, str] = {}
@@ -342,25 +344,13 @@ def _example_labels(expr: str, metric: str) -> dict[str, str] | None:
         if op == "=":
             labels[name] = value
         elif op == "=~":
-            sample = _regex_sample(value)
-            if sample is None:
+            samples = regex_examples(value, variant + 1)
+            if len(samples) <= variant:
                 return None
-            labels[name] = sample
+            labels[name] = samples[variant]
         else:
             return None
     return labels
-
-
-def _regex_sample(regex: str) -> str | None:
-    candidates = [regex.replace(".*", "0").replace(".+", "0"),
-                  re.sub(r"\\(.)", r"\1", regex.replace(".*", "0").replace(".+", "0"))]
-    for c in candidates:
-        try:
-            if re.fullmatch(regex, c):
-                return c
-        except re.error:
-            return None
-    return None
 
 
 def _le(bound: float) -> str:
@@ -389,22 +379,21 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
             else None
         if expr is not None:
             (metric,) = metric_names_in(expr)
-            base = _example_labels(expr, metric)
-            if base is None:
-                return None
-            for pod_suffix, v in (("a", 3), ("b", 4)):
-                labels = {**base, "pod": base.get("pod", "p") + pod_suffix} if "pod" in base \
-                    else {**base, "instance": pod_suffix}
+            for variant, v in ((0, 3), (1, 4)):
+                labels = _example_labels(expr, metric, variant)
+                if labels is None:
+                    return None
+                if "pod" not in labels:
+                    labels["instance"] = f"i{variant}"
                 inputs.append({"series": _series_text(metric, labels), "values": f"{v}x{minutes}"})
             expect(recorded_name(Signal.QUEUE_DEPTH), role, 7)
         # Scrape targets: one up, one down.
         expr = pool_expr(Signal.TARGETS_UP, service, role)
-        base = _example_labels(expr, "up")
-        if base is None:
-            return None
-        for suffix, v in (("a", 1), ("b", 0)):
-            inputs.append({"series": _series_text("up", {**base, "pod": base["pod"] + suffix}),
-                           "values": f"{v}x{minutes}"})
+        for variant, v in ((0, 1), (1, 0)):
+            labels = _example_labels(expr, "up", variant)
+            if labels is None:
+                return None
+            inputs.append({"series": _series_text("up", labels), "values": f"{v}x{minutes}"})
         expect(recorded_name(Signal.TARGETS_UP), role, 1)
         expect(recorded_name(Signal.TARGETS), role, 2)
         # GPU memory: 72,000 MiB used of 80,000.

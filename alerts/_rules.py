@@ -424,7 +424,7 @@ def _xid_alert(settings: AlertSettings, service: ServiceSpec, role: Role) -> Ale
                TierDef("critical", critical_expr, th.xid_error.critical.for_, critical_code)),
         reads={xid: 0},
         levels={"warning": {xid: _const(non_critical)}, "critical": {xid: _const(codes[0])}},
-        series_labels={"pod": f"{service.pools[role].target.name}-0", "gpu": "0"},
+        series_labels={"pod": service.pools[role].example_pods(1)[0], "gpu": "0"},
     )
 
 
@@ -491,7 +491,10 @@ def _scaling_stuck_alert(service: ServiceSpec, role: Role, tiers: Any, cold_star
     def for_of(multiple: float) -> int:
         return max(60, math.ceil(multiple * cold_start_s / 60) * 60)
 
-    wf, cf = for_of(tiers.warning.value), for_of(tiers.critical.value)
+    # A cold start of seconds rounds both tiers to the one-minute floor: critical still waits
+    # a minute longer, so the tiers stay two (and promtool can tell them apart).
+    wf = for_of(tiers.warning.value)
+    cf = max(for_of(tiers.critical.value), wf + 60)
     return AlertDef(
         name="LLMPoolScalingStuck", service=service, role=role,
         summary="The pool has had fewer ready replicas than desired for several cold starts.",

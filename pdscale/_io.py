@@ -21,18 +21,37 @@ class OutputError(Exception):
     """The output folder cannot be written; the message says why and what to do."""
 
 
+def check_target(target: Path) -> None:
+    """Raise OutputError unless ``target`` may be replaced: new, empty, or pdscale's own output
+    (its marker at the top, or only pdscale-written folders in it, as an older ``generate
+    all`` left them). Commands call this before long work, so a bad ``--out`` fails at once."""
+    target = Path(target)
+    if not target.exists():
+        parent = target.parent if str(target.parent) else Path(".")
+        existing = next((p for p in (parent, *parent.parents) if p.exists()), Path("."))
+        if not existing.is_dir() or not os.access(existing, os.W_OK):
+            raise OutputError(f"cannot create {target}: {existing} is not a writable folder; "
+                              "choose another --out")
+        return
+    if not target.is_dir():
+        raise OutputError(f"{target} exists and is not a folder; choose another --out")
+    entries = list(target.iterdir())
+    ours = MARKER in {p.name for p in entries} or all(
+        p.is_dir() and (p / MARKER).exists() for p in entries)
+    if entries and not ours:
+        raise OutputError(
+            f"{target} is not empty and was not written by pdscale; choose a new or empty "
+            "folder for --out (pdscale replaces its output folder as a whole)")
+    if not os.access(target.parent if str(target.parent) else Path("."), os.W_OK):
+        raise OutputError(f"cannot replace {target}: its folder is not writable; choose "
+                          "another --out")
+
+
 def write_tree(target: Path, files: Mapping[str, str | bytes]) -> None:
     """Replace ``target`` with exactly ``files`` ({relative path: text or bytes}),
     atomically."""
     target = Path(target)
-    if target.exists():
-        if not target.is_dir():
-            raise OutputError(f"{target} exists and is not a folder; choose another --out")
-        entries = [p.name for p in target.iterdir()]
-        if entries and MARKER not in entries:
-            raise OutputError(
-                f"{target} is not empty and was not written by pdscale; choose a new or empty "
-                "folder for --out (pdscale replaces its output folder as a whole)")
+    check_target(target)
     parent = target.parent if str(target.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pdscale._servers import alive
-from pdscale.spec import Role, Spec, SpecError, load_spec
+from pdscale.spec import Role, Spec, SpecError, SpecProblem, load_spec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -47,16 +47,50 @@ def _err(message: str) -> None:
 
 
 def _load(path: str) -> Spec | None:
+    """The spec, validated once for everything later stages need (its schema and cross-field
+    checks, then what only other packages know: each pool's performance profile)."""
     try:
-        return load_spec(path)
+        spec = load_spec(path)
+        problems = _profile_problems(spec)
+        if problems:
+            raise SpecError(path, problems)
+        return spec
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return None
 
 
+def _profile_problems(spec: Spec) -> list[SpecProblem]:
+    from controller import ProfileError, load_profile
+
+    problems = []
+    for i, service in enumerate(spec.services):
+        for role, pool in service.pools.items():
+            try:
+                load_profile(pool.profile)
+            except ProfileError as exc:
+                problems.append(SpecProblem(
+                    f"services[{i}].pools.{role.value}.profile",
+                    "a shipped profile name or the path of a profile YAML file",
+                    repr(pool.profile), str(exc).split(": ", 1)[-1]))
+    return problems
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     spec = _load(args.spec)
     if spec is None:
+        return EXIT_BAD_INPUT
+    # Everything `generate` renders is rendered here too (in memory), so a spec that
+    # validates also generates.
+    from alerts import ScenarioError
+
+    try:
+        for what in ("all", "recommend"):
+            _generate(spec, what, Path(args.spec).name)
+    except ScenarioError as exc:
+        print(f"{args.spec}: 1 problem(s) in the spec\n  - alerts.thresholds: expected "
+              f"thresholds whose tiers a test can tell apart; got {exc}. Fix: widen the gap "
+              "between the warning and critical values or `for` durations", file=sys.stderr)
         return EXIT_BAD_INPUT
     pools = sum(len(s.pools) for s in spec.services)
     print(f"{args.spec}: valid ({len(spec.services)} service(s), {pools} pool(s))")
@@ -108,8 +142,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         if args.what == "all":
-            for sub, files in rendered.items():
-                write_tree(out / sub, files)
+            # One tree, one rename: alerts and dashboards appear together or not at all.
+            write_tree(out, {f"{sub}/{rel}": text for sub, files in rendered.items()
+                             for rel, text in files.items()})
         else:
             write_tree(out, rendered[args.what])
     except OutputError as exc:

@@ -29,8 +29,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
+
+from pdscale._regex import regex_examples
 
 __all__ = [
     "ENGINE_HISTOGRAM_BUCKETS",
@@ -64,6 +68,7 @@ __all__ = [
     "load_spec",
     "parse_duration",
     "parse_spec",
+    "regex_examples",
 ]
 
 
@@ -150,8 +155,24 @@ def format_duration(seconds: int | float) -> str:
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
+def _accepts_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_accepts_bool(a) for a in getattr(annotation, "__args__", ()))
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML's true/false would otherwise pass as 1/0 for a number (min_replicas: true).
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and not _accepts_bool(field.annotation):
+                raise ValueError("expected a number or text as the field says, not true/false")
+        return value
 
 
 class SLOSpec(_Model):
@@ -201,6 +222,11 @@ class PoolSpec(_Model):
         if self.selector.pod_regex is not None:
             return self.selector.pod_regex
         return _RE_META.sub(r"\\\1", self.target.name) + "-.*"
+
+    def example_pods(self, n: int = 2) -> list[str]:
+        """Up to ``n`` distinct pod names the pool's pod regex selects (for generated tests
+        and overlap checks); validation guarantees at least one."""
+        return regex_examples(self.pod_regex, n)
 
 
 class DynamoSettings(_Model):
@@ -577,30 +603,101 @@ class SpecError(Exception):
         super().__init__("\n".join(lines))
 
 
+MAX_SPEC_BYTES = 1 << 20
+"""A spec is a few kilobytes; anything past this is a mistake (or an attack on the loader)."""
+MAX_SPEC_VALUES = 100_000
+"""Values a spec may expand to, YAML aliases expanded (a 500-byte alias bomb expands to
+billions, which validation would walk for hours)."""
+
+
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file; raise SpecError listing every problem."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        p = Path(path)
+        if p.is_dir():
+            raise IsADirectoryError(21, "a directory, not a file")
+        with p.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise SpecError(
             source,
             [SpecProblem("(file)", "a readable YAML file", f"{exc.strerror or exc}",
                          "check the path and its permissions")],
         ) from exc
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(source, [SpecProblem(
+            "(file)", f"a spec of at most {MAX_SPEC_BYTES} bytes", "a larger file",
+            "check that the path names the spec, not a data file")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise SpecError(source, [SpecProblem(
+            f"line {line}", "UTF-8 text", f"the byte 0x{data[exc.start]:02x}",
+            "save the file as UTF-8")]) from exc
     return parse_spec(text, source=source)
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice in one mapping (the second would silently
+    win)."""
+
+
+def _mapping_without_duplicates(loader: _SpecLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # an unhashable key: the constructor below reports it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark,
+                f"the key {key!r} is given twice", key_node.start_mark)
+    return loader.construct_mapping(node)
+
+
+_SpecLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                            _mapping_without_duplicates)
+
+
+def _expands_past(value: Any, budget: int) -> bool:
+    """True when ``value`` holds more than ``budget`` values once shared references (YAML
+    aliases) are counted each time they are used. Stops as soon as it knows."""
+    stack = [value]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_SpecLoader)
+    except RecursionError as exc:
+        raise SpecError(source, [SpecProblem(
+            "(document)", "a spec nested a few levels deep", "nesting too deep to read",
+            "start from one of the files in examples/")]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
         raise SpecError(
             source,
-            [SpecProblem(where, "valid YAML", str(getattr(exc, "problem", exc)),
-                         "fix the YAML syntax at that position")],
+            [SpecProblem(where, "valid YAML, each key once per mapping",
+                         str(getattr(exc, "problem", exc)),
+                         "keep one of the two" if "given twice" in str(exc)
+                         else "fix the YAML syntax at that position")],
         ) from exc
     if not isinstance(raw, dict):
         raise SpecError(
@@ -608,6 +705,11 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
             [SpecProblem("(document)", "a mapping with a 'services' list",
                          _given(raw), "start from one of the files in examples/")],
         )
+    if _expands_past(raw, MAX_SPEC_VALUES):
+        raise SpecError(source, [SpecProblem(
+            "(document)", f"at most {MAX_SPEC_VALUES} values with YAML aliases expanded",
+            "more (aliases that expand exponentially?)",
+            "write the values out instead of nesting aliases")])
     problems: list[SpecProblem] = []
     spec: Spec | None = None
     try:
@@ -615,10 +717,70 @@ def parse_spec(text: str, *, source: str = "<spec>") -> Spec:
     except ValidationError as exc:
         problems.extend(_from_pydantic(exc))
     problems.extend(_cross_field_problems(raw))
+    if spec is not None and not problems:
+        problems.extend(_semantic_problems(spec))
     if problems:
         raise SpecError(source, _dedupe(problems))
     assert spec is not None
     return spec
+
+
+# Kinds of the built-in API groups that have a /scale subresource; any other kind there cannot
+# be scaled. Custom resources (other groups) are taken on trust: Kubernetes answers 404 for one
+# without /scale, and the controller reports it.
+_SCALABLE_BUILTIN = {"v1": {"ReplicationController"},
+                     "apps/v1": {"Deployment", "StatefulSet", "ReplicaSet"}}
+_BUILTIN_GROUPS = ("v1", "apps/", "batch/", "autoscaling/", "policy/", "networking.k8s.io/",
+                   "rbac.authorization.k8s.io/", "storage.k8s.io/")
+
+
+def _semantic_problems(spec: Spec) -> list[SpecProblem]:
+    """Checks on the typed spec for what later stages would reject: a scale target without
+    /scale, a pod regex that selects no pod name (or another pool's pods), a model name that
+    cannot be quoted in the generated tests."""
+    problems: list[SpecProblem] = []
+    pools = [(i, svc, role, pool) for i, svc in enumerate(spec.services)
+             for role, pool in svc.pools.items()]
+    for i, _svc, role, pool in pools:
+        where = f"services[{i}].pools.{role.value}"
+        t = pool.target
+        group = t.api_version if "/" in t.api_version or t.api_version == "v1" else ""
+        if group.startswith(_BUILTIN_GROUPS) and t.kind not in _SCALABLE_BUILTIN.get(group, set()):
+            scalable = ", ".join(f"{k} ({g})" for g, ks in _SCALABLE_BUILTIN.items()
+                                 for k in sorted(ks))
+            problems.append(SpecProblem(
+                f"{where}.target.kind", f"a kind with a /scale subresource: {scalable}, or a "
+                "custom resource that has one (LeaderWorkerSet, Dynamo's adapter)",
+                f"{t.kind} ({t.api_version})", "point the pool at the object that owns its "
+                "pods, e.g. kind: Deployment"))
+        if not pool.example_pods(1):
+            problems.append(SpecProblem(
+                f"{where}.selector.pod_regex", "a regular expression that matches pod names "
+                "(RE2: no look-around or back-references)", _given(pool.pod_regex),
+                "write the regex as Prometheus would run it, e.g. 'llama-p-.*'"))
+    for i, svc, role, pool in pools:
+        mine = re.compile(pool.pod_regex)
+        for j, other, other_role, other_pool in pools:
+            if (j, other_role) == (i, role) or other.namespace != svc.namespace:
+                continue
+            # This pool's regex is the one at fault when it selects the other pool's pods.
+            shared = next((pod for pod in other_pool.example_pods(6) if mine.fullmatch(pod)),
+                          None)
+            if shared is not None:
+                problems.append(SpecProblem(
+                    f"services[{i}].pools.{role.value}.selector.pod_regex",
+                    f"a regex for this pool's pods only; services[{j}].pools."
+                    f"{other_role.value}'s pods are in the same namespace",
+                    f"{pool.pod_regex!r}, which also matches their pod {shared!r}",
+                    "narrow it, e.g. to the workload's name and a '-'"))
+    for i, svc in enumerate(spec.services):
+        bad = sorted({ch for ch in svc.model_name if ch in '"\\' or not ch.isprintable()})
+        if bad:
+            problems.append(SpecProblem(
+                f"services[{i}].model_name", "the model name as the engine labels its series "
+                "(no quotes, backslashes or control characters)", _given(svc.model_name),
+                "use the served model name, e.g. 'meta-llama/Llama-3.1-8B-Instruct'"))
+    return problems
 
 
 def _dedupe(problems: Sequence[SpecProblem]) -> list[SpecProblem]:
@@ -660,6 +822,13 @@ _FIXES = {
 }
 
 
+class _Said(str):
+    """What a validator's own message says was given (shown as is, not repr'd)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _from_pydantic(exc: ValidationError) -> list[SpecProblem]:
     problems = []
     for err in exc.errors(include_url=False):
@@ -668,6 +837,11 @@ def _from_pydantic(exc: ValidationError) -> list[SpecProblem]:
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
+        if msg.startswith("expected "):  # our own validators' messages
+            msg = msg[len("expected "):]
+            if ", got " in msg and kind == "value_error":
+                msg, _, got = msg.partition(", got ")
+                err = {**err, "input": _Said(got)}
         given = "nothing" if kind == "missing" else _given(err.get("input"))
         fix = _FIXES.get(kind, "correct the value")
         if kind == "extra_forbidden":

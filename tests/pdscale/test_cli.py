@@ -40,7 +40,7 @@ def test_generate_all_then_regenerate_in_place(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["generate", "all", VLLM, "--out", str(out)]) == 0
     first = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert (out / "alerts" / MARKER).exists()
+    assert (out / MARKER).exists()  # one tree: alerts and dashboards replaced together
     assert (out / "dashboards" / "pdscale-overview.json").exists()
     assert main(["generate", "all", VLLM, "--out", str(out)]) == 0
     second = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -64,8 +64,31 @@ def test_unwritable_output_leaves_nothing(tmp_path: Path,
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     assert main(["generate", "alerts", VLLM, "--out", str(blocker / "out")]) == 1
-    assert "cannot create a folder" in capsys.readouterr().err
+    assert "is not a writable folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_generate_all_writes_all_or_nothing(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A user's folder where the dashboards would go: nothing is written, alerts included
+    (it used to write alerts/ and then fail on dashboards/)."""
+    out = tmp_path / "out"
+    (out / "dashboards").mkdir(parents=True)
+    (out / "dashboards" / "mine.json").write_text("{}")
+    assert main(["generate", "all", VLLM, "--out", str(out)]) == 1
+    assert "not written by pdscale" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["dashboards"]
+    assert [p.name for p in (out / "dashboards").iterdir()] == ["mine.json"]
+
+
+def test_an_older_generate_all_output_is_replaced(tmp_path: Path) -> None:
+    """Before the output became one tree, generate all left a marker in each subfolder."""
+    out = tmp_path / "out"
+    for sub in ("alerts", "dashboards"):
+        (out / sub).mkdir(parents=True)
+        (out / sub / MARKER).write_text("")
+    assert main(["generate", "all", VLLM, "--out", str(out)]) == 0
+    assert (out / MARKER).exists() and (out / "alerts" / "alertmanager.yaml").exists()
 
 
 def test_failure_midway_keeps_previous_output(tmp_path: Path,
