@@ -1,7 +1,9 @@
 """Rolling-origin backtests and forecast scores.
 
 Each model is fitted once on the training part; forecasts are then made from every origin of
-the test part (each using only data up to its origin) at each horizon. Scores per model and
+the test part (each using only data up to its origin) at each horizon. With ``refit_every``, the
+model is instead refitted every that many origins on everything up to the origin (a short
+history that grows, as the controller sees it on a new pool). Scores per model and
 horizon: MAE, sMAPE, MASE (MAE over the in-sample MAE of the seasonal-naive forecast, the
 usual scale), pinball loss per quantile, and the empirical coverage of the upper quantile.
 """
@@ -51,7 +53,7 @@ def _label(steps: int, resolution_s: float) -> str:
 
 def backtest(series: RegularSeries, models: Mapping[str, _Forecaster], *,
              horizons_s: Sequence[float], train_steps: int, season_steps: int,
-             origin_stride: int = 1) -> BacktestResult:
+             origin_stride: int = 1, refit_every: int | None = None) -> BacktestResult:
     res = series.resolution_s
     for h in horizons_s:
         if h < res:
@@ -60,6 +62,9 @@ def backtest(series: RegularSeries, models: Mapping[str, _Forecaster], *,
     horizons = np.array(sorted({round(h / res) for h in horizons_s}), dtype=np.int64)
     values = series.values
     n = len(values)
+    if refit_every is not None and refit_every < 1:
+        raise ValueError(f"The 'refit_every' parameter of backtest must be at least 1. Got "
+                         f"{refit_every!r} instead.")
     if train_steps < 2 or train_steps >= n - horizons.max():
         raise SeriesError(f"the training part ({train_steps} steps) must leave at least "
                           f"{horizons.max() + 1} steps to test; the series has {n}")
@@ -81,7 +86,15 @@ def backtest(series: RegularSeries, models: Mapping[str, _Forecaster], *,
         started = time.perf_counter()
         model._predict_origins(values, np.array([n - 1]), horizons)
         predict_ms[name] = (time.perf_counter() - started) * 1000
-        pred = model._predict_origins(values, origins, horizons)
+        if refit_every is None:
+            pred = model._predict_origins(values, origins, horizons)
+        else:
+            blocks = []
+            for first in range(0, len(origins), refit_every):
+                block = origins[first:first + refit_every]
+                model.fit(times[:block[0] + 1, None], values[:block[0] + 1])
+                blocks.append(model._predict_origins(values, block, horizons))
+            pred = np.concatenate(blocks)
         forecasts[name] = pred
         qs = tuple(model.quantiles)
         mid = qs.index(0.5) if 0.5 in qs else len(qs) // 2

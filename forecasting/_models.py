@@ -16,13 +16,24 @@ Models:
 * :class:`QuantileGBForecaster`: gradient-boosted quantile regression (scikit-learn's
   HistGradientBoostingRegressor, quantile loss), one model per quantile pooled over the
   horizons (direct: the horizon is a feature, never a recursion). Features: lags at several
-  scales, rolling mean and spread, recent trend, the value one day and one week before the
-  target, time-of-day and day-of-week Fourier terms of the target time. Everything is relative
-  to the last hour's level, which keeps the model sound across level shifts. Quantiles other
-  than the median are conformalised (CQR): fitted on the older origins and shifted per horizon
-  by the quantile of their errors on the most recent ``calibration`` share of the history, so
-  their coverage holds on data the model did not see. Quantiles are sorted per row (monotone
-  rearrangement), so they never cross.
+  scales, rolling level and spread, recent trend, the value one day and one week before the
+  target, time-of-day and day-of-week Fourier terms of the target time, the steps since the
+  last observation and the hour's missing share. The target is the change from the last
+  observed value, in units of a scale (the last hour's mean size, at least a quarter of the
+  last day's and 5 % of the history's): additive, never a ratio to a value that can be near
+  zero. It used to be a ratio to the last value, and after a gap, a zero stretch or a partial
+  window (a last value a few % of the level) its lags read 10-100 and its targets 20-30; any
+  row that resembled those in one feature took the 0.9 quantile learned there, 20-30 times
+  the level. Absent steps are missing (lags carry the last observation over them; the gap's
+  length is a feature), not zero. Quantiles other than the median are conformalised (CQR):
+  fitted on the older origins, mixed per horizon with the simple model below by the weight
+  that scores best on the most recent ``calibration`` share of the history, and shifted by
+  the quantile of the mix's errors there, so their coverage holds on data the model did not
+  see and they are never much less sharp than the simple model. Quantiles are sorted per row
+  (monotone rearrangement), so they never cross. With less than ``short_history_s`` of
+  history (or too few complete rows for the trees) the simple model forecasts alone: per
+  horizon, the last value or the hour's level (whichever scores better) plus the conformal
+  quantiles of the changes seen so far, so a pool with minutes of data gets a forecast.
 * :class:`AutoForecaster`: fits the candidates on the older part of the history, scores them on
   the recent part (rolling origins), keeps the best and says why; short or odd histories fall
   back to simpler models with a stated reason.
@@ -289,17 +300,55 @@ class ExponentialSmoothing(_Forecaster):
         return out
 
 
-_LAG_SECONDS = (0, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+_LAG_SECONDS = (60, 120, 300, 600, 900, 1800, 3600, 7200)
+_DAY_SHARE = 0.25
+"""The scale never falls below this share of the last day's mean size..."""
+_FLOOR_SHARE = 0.05
+"""... nor below this share of the training history's mean size (``scale_floor_``)."""
+_MIN_PAIRS = 5
+"""Changes a horizon needs before the simple model estimates its quantiles directly."""
+_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Weights of the trees against the simple model tried for each upper or lower quantile."""
+
+
+def _window_mean(values: FloatArray, window: int) -> FloatArray:
+    """Mean of the finite values among each step's trailing ``window`` steps (NaN if none)."""
+    finite = np.isfinite(values)
+    csum = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+    cnt = np.concatenate([[0.0], np.cumsum(finite)])
+    hi = np.arange(1, len(values) + 1)
+    lo = np.maximum(hi - window, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean: FloatArray = ((csum[hi] - csum[lo]) / (cnt[hi] - cnt[lo])).astype(np.float64)
+    return mean
+
+
+def _conformal_quantile(values: FloatArray, q: float) -> float:
+    """The split-conformal quantile of a sample: the ceil((m + 1) q)-th smallest of m values
+    for an upper quantile (the largest when m is small), its mirror for a lower one."""
+    m = len(values)
+    ordered = np.sort(values)
+    if q > 0.5:
+        return float(ordered[min(m, math.ceil((m + 1) * q)) - 1])
+    if q < 0.5:
+        return float(ordered[max(1, math.floor((m + 1) * q)) - 1])
+    return float(np.median(ordered))
+
+
+def _pinball_sum(residual: FloatArray, q: float) -> float:
+    return float(np.sum(np.maximum(q * residual, (q - 1) * residual)))
 
 
 class QuantileGBForecaster(_Forecaster):
-    """Gradient-boosted quantile regression on lag, seasonal and calendar features."""
+    """Gradient-boosted quantile regression on lag, seasonal and calendar features, additive
+    on the last observation; a simple model of the changes for short histories."""
 
     def __init__(self, *, resolution_s: float = 60.0,
                  quantiles: tuple[float, ...] = (0.5, 0.9),
                  horizons_s: tuple[float, ...] = (60, 120, 300, 600, 1800, 3600),
                  period_s: float = DAY_S, max_iter: int = 120, learning_rate: float = 0.05,
                  max_train_rows: int = 60_000, calibration: float = 0.15,
+                 short_history_s: float = 3 * 3600.0,
                  random_state: int | None = 0) -> None:
         self.resolution_s = resolution_s
         self.quantiles = quantiles
@@ -309,39 +358,57 @@ class QuantileGBForecaster(_Forecaster):
         self.learning_rate = learning_rate
         self.max_train_rows = max_train_rows
         self.calibration = calibration
+        self.short_history_s = short_history_s
         self.random_state = random_state
 
     # Features -----------------------------------------------------------------------------
 
-    def _level(self, filled: FloatArray, window: int) -> FloatArray:
-        csum = np.concatenate([[0.0], np.cumsum(np.nan_to_num(filled))])
-        cnt = np.concatenate([[0.0], np.cumsum(np.isfinite(filled))])
-        hi = np.arange(1, len(filled) + 1)
-        lo = np.maximum(hi - window, 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean: FloatArray = ((csum[hi] - csum[lo]) / (cnt[hi] - cnt[lo])).astype(np.float64)
-        return mean
+    def _base(self, values: FloatArray, origins: npt.NDArray[np.int64]
+              ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """At each origin: the last observed value, the scale, the steps since that
+        observation and the last hour's mean level. The scale is the mean size of the observed
+        values over the last hour, at least a quarter of the last day's and at least
+        ``scale_floor_``: it cannot approach zero after a gap, a zero stretch or a partial
+        window, so nothing divided by it can explode."""
+        res = float(self.resolution_s)
+        hour = max(3, round(3600 / res))
+        day = max(hour, round(DAY_S / res))
+        size = np.abs(values)
+        scale = np.fmax(_window_mean(size, hour), _DAY_SHARE * _window_mean(size, day))
+        scale = np.where(np.isfinite(scale), np.fmax(scale, self.scale_floor_),
+                         self.scale_floor_)
+        idx = np.maximum.accumulate(np.where(np.isfinite(values), np.arange(len(values)), -1))
+        seen = idx[origins]
+        last = np.where(seen >= 0, values[np.maximum(seen, 0)], np.nan).astype(np.float64)
+        age = np.where(seen >= 0, origins - seen, len(values)).astype(np.float64)
+        level = _window_mean(values, hour)[origins]
+        level = np.where(np.isfinite(level), level, last).astype(np.float64)
+        return last, scale[origins].astype(np.float64), age, level
 
     def _features(self, values: FloatArray, origins: npt.NDArray[np.int64],
-                  horizons: npt.NDArray[np.int64], t0: float) -> tuple[FloatArray, FloatArray]:
-        """Feature rows for every (origin, horizon), and the level each is relative to."""
+                  horizons: npt.NDArray[np.int64], t0: float
+                  ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Feature rows for every (origin, horizon), with the last value, the scale and the
+        hour's level each row is relative to: target = (value - last) / scale. The last value
+        and the steps since it are the last observation's; lags and seasonal values read the
+        series forward-filled, and the hour's missing share says how much of it was absent."""
         res = float(self.resolution_s)
-        filled = _forward_filled(values)
         hour = max(3, round(3600 / res))
-        level_all = self._level(filled, hour)
-        sq = self._level(filled ** 2, hour)
-        std_all = np.sqrt(np.maximum(sq - level_all ** 2, 0))
         half = max(1, hour // 2)
-        recent = self._level(filled, half)
-        lags = sorted({round(s / res) for s in _LAG_SECONDS} | {0, 1, 2})
+        day_all = _window_mean(values, max(hour, round(DAY_S / res)))
+        level_all = _window_mean(values, hour)
+        sq = _window_mean(values ** 2, hour)
+        std_all = np.sqrt(np.maximum(sq - level_all ** 2, 0))
+        recent = _window_mean(values, half)
+        observed = np.concatenate([[0.0], np.cumsum(np.isfinite(values))])
+        filled = _forward_filled(values)
+        lags = sorted({max(1, round(s / res)) for s in _LAG_SECONDS})
         period = max(1, round(self.period_s / res))
-        o = np.repeat(origins, len(horizons))
+        k = len(horizons)
+        last_o, scale_o, age_o, level_o = self._base(values, origins)
+        o = np.repeat(origins, k)
         h = np.tile(horizons, len(origins))
-        level = level_all[o]
-        last = filled[o]
-        # Everything is relative to the last value (or the hour's level when that is zero).
-        base = np.where(np.isfinite(last) & (np.abs(last) > 1e-9), last, level)
-        scale = np.where(np.isfinite(base) & (np.abs(base) > 1e-9), base, np.nan)
+        last, scale, level = (np.repeat(a, k) for a in (last_o, scale_o, level_o))
 
         def at(idx: npt.NDArray[np.int64]) -> FloatArray:
             ok = (idx >= 0) & (idx < len(filled))
@@ -349,9 +416,15 @@ class QuantileGBForecaster(_Forecaster):
             out[ok] = filled[idx[ok]]
             return out
 
-        cols = [h.astype(np.float64), level / scale]
-        cols += [at(o - k) / scale for k in lags if k > 0]
-        cols.append(std_all[o] / scale)
+        def rel(x: FloatArray) -> FloatArray:
+            out: FloatArray = (x - last) / scale
+            return out
+
+        lo = np.maximum(o + 1 - hour, 0)
+        missing_share = 1 - (observed[o + 1] - observed[lo]) / (o + 1 - lo)
+        cols = [h.astype(np.float64), last / scale, np.repeat(age_o, k), missing_share,
+                rel(level), rel(day_all[o]), std_all[o] / scale]
+        cols += [rel(at(o - lag)) for lag in lags]
         prev_half = np.where(o - half >= 0, recent[np.maximum(o - half, 0)], np.nan)
         cols.append((recent[o] - prev_half) / scale)
         for back in (period, 7 * period):
@@ -361,8 +434,8 @@ class QuantileGBForecaster(_Forecaster):
             count = np.isfinite(window).sum(axis=0)
             around = np.where(count > 0, np.nansum(window, axis=0) / np.maximum(count, 1),
                               np.nan)
-            cols.append(seasonal / scale)
-            cols.append(around / scale)
+            cols.append(rel(seasonal))
+            cols.append(rel(around))
             # Last period's change from then to the target time: a trend the season repeats.
             cols.append((seasonal - at(o - back * np.ceil(h / back).astype(np.int64))) / scale)
         target_t = t0 + (o + h) * res
@@ -371,51 +444,139 @@ class QuantileGBForecaster(_Forecaster):
         cols += [np.sin(tod), np.cos(tod), np.sin(dow), np.cos(dow)]
         with np.errstate(invalid="ignore", divide="ignore"):
             matrix = np.column_stack(cols)
-        return matrix, scale
+        return matrix, last, scale, level
 
     def _grid_horizons(self) -> npt.NDArray[np.int64]:
         steps = {max(1, round(s / self.resolution_s)) for s in self.horizons_s}
         return np.array(sorted(steps), dtype=np.int64)
+
+    # Fitting ------------------------------------------------------------------------------
 
     def _fit_grid(self, values: FloatArray) -> None:
         super()._fit_grid(values)
         if not 0 <= self.calibration < 1:
             raise ValueError(f"The 'calibration' parameter of QuantileGBForecaster must be in "
                              f"[0, 1). Got {self.calibration!r} instead.")
+        if not self.short_history_s >= 0:
+            raise ValueError(f"The 'short_history_s' parameter of QuantileGBForecaster must be "
+                             f"at least 0. Got {self.short_history_s!r} instead.")
+        finite = values[np.isfinite(values)]
+        if len(finite) < 2:
+            raise SeriesError(f"QuantileGBForecaster needs at least 2 observed steps; got "
+                              f"{len(finite)}")
+        mean_size = float(np.mean(np.abs(finite)))
+        self.scale_floor_ = _FLOOR_SHARE * mean_size if mean_size > 0 else 1.0
         horizons = self._grid_horizons()
+        shape = (len(self.quantiles), len(horizons))
+        self.trained_horizons_ = horizons
+        self.models_: list[HistGradientBoostingRegressor] = []
+        self.shift_ = np.zeros(shape)
+        self.weight_ = np.zeros(shape)
+        self.simple_ = np.zeros(shape)
+        self.anchor_ = np.zeros(len(horizons))
+        self.calibrated_ = False
+        if len(values) * self.resolution_s < self.short_history_s or \
+                not self._fit_trees(values):
+            self.mode_ = "short-history"
+            self._fit_short(values)
+        else:
+            self.mode_ = "trees"
+
+    def _simple_table(self, change: FloatArray, level_rel: FloatArray, h_rows: FloatArray,
+                      horizons: npt.NDArray[np.int64]
+                      ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """The simple model from observed changes (target minus last, in scale units): per
+        horizon, an anchor (0: the last value, 1: the hour's level) and the conformal quantiles
+        of the target around it; the anchor is the one whose quantiles score better."""
+        anchor = np.zeros(len(horizons))
+        table = np.zeros((len(self.quantiles), len(horizons)))
+        known = np.zeros(len(horizons), dtype=bool)
+        for j, hz in enumerate(horizons):
+            sel = (h_rows == hz) & np.isfinite(change)
+            if sel.sum() < _MIN_PAIRS:
+                continue
+            known[j] = True
+            best = math.inf
+            for a in (0.0, 1.0):
+                around = change[sel] - a * level_rel[sel]
+                qs = [_conformal_quantile(around, q) for q in self.quantiles]
+                loss = sum(_pinball_sum(around - v, q) for v, q in
+                           zip(qs, self.quantiles, strict=True))
+                if loss < best:
+                    best, anchor[j], table[:, j] = loss, a, qs
+        return anchor, table, known
+
+    def _fit_short(self, values: FloatArray) -> None:
+        """Short history (minutes to hours): the simple model alone, from the changes seen so
+        far at every horizon up to the longest; a horizon with fewer than ``_MIN_PAIRS``
+        changes takes the longest shorter one's, grown by the square root of the horizons'
+        ratio around the last value (a random walk's spread) and unchanged around the level.
+        Changes are measured in units of the latest scale."""
+        n = len(values)
+        grid = self.trained_horizons_
+        reach = np.arange(1, max(1, min(int(grid.max()), n - 1)) + 1, dtype=np.int64)
+        origins = np.arange(0, n - 1, dtype=np.int64)
+        last, _, _, level = self._base(values, origins)
+        # One scale, the latest: over minutes the level has not moved enough to need its own
+        # at each origin, and the first few origins' would rest on one or two values.
+        scale = np.full(len(origins), self._base(values, np.array([n - 1]))[1][0])
+        o = np.repeat(origins, len(reach))
+        h = np.tile(reach, len(origins))
+        ok = o + h < n
+        o, h = o[ok], h[ok]
+        rows = np.searchsorted(origins, o)
+        change = (values[o + h] - last[rows]) / scale[rows]
+        level_rel = (level[rows] - last[rows]) / scale[rows]
+        anchor, table, known = self._simple_table(change, level_rel, h.astype(np.float64),
+                                                  reach)
+        for j, hz in enumerate(grid):
+            shorter = np.flatnonzero(known & (reach <= hz))
+            if not len(shorter):
+                continue
+            k = int(shorter[-1])
+            grow = 1.0 if anchor[k] else math.sqrt(hz / reach[k])
+            self.anchor_[j] = anchor[k]
+            self.simple_[:, j] = grow * table[:, k]
+
+    def _fit_trees(self, values: FloatArray) -> bool:
+        """Fit the boosted models; False when the history has too few complete rows."""
+        horizons = self.trained_horizons_
         n = len(values)
         origins = np.arange(0, n - 1)
-        if len(origins) < 20:
-            raise SeriesError(f"QuantileGBForecaster needs at least 20 steps of history; got "
-                              f"{n}")
         rng = np.random.default_rng(self.random_state)
         rows = len(origins) * len(horizons)
         if rows > self.max_train_rows:
             keep = max(20, self.max_train_rows // len(horizons))
             origins = np.sort(rng.choice(origins, size=min(keep, len(origins)), replace=False))
-        X, scale = self._features(values, origins, horizons, self.series_.start_s)
+        X, last, scale, level = self._features(values, origins, horizons,
+                                               self.series_.start_s)
         o = np.repeat(origins, len(horizons))
         h = np.tile(horizons, len(origins))
         target_idx = o + h
         ok = target_idx < n
         y = np.full(len(o), np.nan)
-        y[ok] = values[target_idx[ok]] / scale[ok]
+        y[ok] = (values[target_idx[ok]] - last[ok]) / scale[ok]
         use = np.isfinite(y)
-        if use.sum() < 20:
-            raise SeriesError("too few complete (features, target) pairs to fit: the history "
-                              "is too short or too gappy")
-        # Columns with no value at all (a seasonal lag longer than the history) carry nothing.
-        self.columns_ = np.any(np.isfinite(X[use]), axis=0)
-        X = X[:, self.columns_]
+        if use.sum() < 20 * len(horizons):
+            return False
+        level_rel = (level - last) / scale
         # Conformalised quantiles (CQR): every quantile but the median is fitted on the older
-        # origins and shifted, per horizon, by the quantile of its errors on the most recent
-        # ``calibration`` share, so its coverage holds on data it did not see. The median is
-        # fitted on everything.
+        # origins, mixed per horizon with the simple model (fitted on the same origins) by the
+        # weight that scores best on the most recent ``calibration`` share, and shifted by the
+        # quantile of the mix's errors there, so its coverage holds on data it did not see
+        # and it is no less sharp than the simple model. The median is fitted on everything.
         cal = use & (o >= int((n - 1) * (1 - self.calibration))) if self.calibration else \
             np.zeros(len(o), dtype=bool)
         calibrate = cal.sum() >= 20 * len(horizons) and (use & ~cal).sum() >= 20
-        self.models_ = []
-        self.shift_ = np.zeros((len(self.quantiles), len(horizons)))
+        older = use & ~cal if calibrate else use
+        # Columns with no value on the rows fitted (a seasonal lag longer than the history)
+        # carry nothing.
+        self.columns_ = np.any(np.isfinite(X[older]), axis=0)
+        X = X[:, self.columns_]
+        self.anchor_, self.simple_, _ = self._simple_table(y[older], level_rel[older],
+                                                           h[older].astype(np.float64),
+                                                           horizons)
+        self.weight_[:] = 1.0
         for i, q in enumerate(self.quantiles):
             model = HistGradientBoostingRegressor(
                 loss="quantile", quantile=q, max_iter=self.max_iter,
@@ -425,40 +586,58 @@ class QuantileGBForecaster(_Forecaster):
             if q == 0.5 or not calibrate:
                 model.fit(X[use], y[use])
             else:
-                model.fit(X[use & ~cal], y[use & ~cal])
-                err = y[cal] - model.predict(X[cal])
+                model.fit(X[older], y[older])
+                trees = model.predict(X[cal])
                 for j, hz in enumerate(horizons):
-                    at_h = err[h[cal] == hz]
-                    if len(at_h) >= 20:
-                        self.shift_[i, j] = float(np.quantile(at_h, q))
+                    at_h = h[cal] == hz
+                    if at_h.sum() < 20:
+                        continue
+                    simple = self.anchor_[j] * level_rel[cal][at_h] + self.simple_[i, j]
+                    best = math.inf
+                    for w in _WEIGHTS:
+                        mix = w * trees[at_h] + (1 - w) * simple
+                        shift = float(np.quantile(y[cal][at_h] - mix, q))
+                        loss = _pinball_sum((y[cal][at_h] - mix - shift) * scale[cal][at_h], q)
+                        if loss < best:
+                            best, self.weight_[i, j], self.shift_[i, j] = loss, w, shift
             self.models_.append(model)
         self.calibrated_ = bool(calibrate)
-        self.trained_horizons_ = horizons
+        return True
 
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:
-        # Features reach back at most a week and an hour: forecasting from recent origins
-        # only needs the tail, which keeps one prediction cheap on a long history.
+        # Features reach back at most a week and a day: forecasting from recent origins only
+        # needs the tail, which keeps one prediction cheap on a long history.
         period = max(1, round(self.period_s / self.resolution_s))
         reach = 7 * period * (1 + int(horizons.max()) // period) + \
-            round(3 * 3600 / self.resolution_s) + 16
+            round(DAY_S / self.resolution_s) + 16
         offset = max(0, int(origins.min()) - reach)
         start = self.series_.start_s + offset * self.resolution_s
-        X, scale = self._features(values[offset:], origins - offset, horizons, start)
-        X = X[:, self.columns_]
-        rel = np.stack([m.predict(X) for m in self.models_], axis=1)
         h_rows = np.tile(horizons, len(origins)).astype(np.float64)
-        shift = np.stack([np.interp(h_rows, self.trained_horizons_.astype(np.float64), row)
-                          for row in self.shift_], axis=1)
-        preds = (rel + shift) * scale[:, None]
-        # Where the level is unknown (a long gap), fall back to the last value.
-        fallback = np.repeat(_last_finite(values, origins), len(horizons))
-        bad = ~np.isfinite(preds)
-        preds[bad] = np.broadcast_to(fallback[:, None], preds.shape)[bad]
+        if self.models_:
+            X, last, scale, level = self._features(values[offset:], origins - offset,
+                                                   horizons, start)
+            trees = np.stack([m.predict(X[:, self.columns_]) for m in self.models_], axis=1)
+        else:
+            last, scale, _, level = (np.repeat(a, len(horizons)) for a in
+                                     self._base(values[offset:], origins - offset))
+            trees = np.zeros((len(h_rows), len(self.quantiles)))
+        grid = self.trained_horizons_.astype(np.float64)
+
+        def per_row(table: FloatArray) -> FloatArray:
+            return np.stack([np.interp(h_rows, grid, row) for row in table], axis=1)
+
+        anchor = np.interp(h_rows, grid, self.anchor_)
+        simple = anchor[:, None] * ((level - last) / scale)[:, None] + per_row(self.simple_)
+        weight = per_row(self.weight_)
+        rel = weight * trees + (1 - weight) * simple + per_row(self.shift_)
+        # Additive on the last observation, in units of a scale that cannot approach zero.
+        preds = last[:, None] + rel * scale[:, None]
         preds = np.sort(preds, axis=1)  # no quantile crossing
         if self._nonnegative():
             preds = np.maximum(preds, 0.0)
-        return preds.reshape(len(origins), len(horizons), len(self.quantiles))
+        out: FloatArray = preds.reshape(len(origins), len(horizons), len(self.quantiles))
+        return out
 
 
 class AutoForecaster(_Forecaster):

@@ -8,8 +8,9 @@ irregularity explicit rather than silently zero:
   zero-rate windows) can be declared missing with ``zero_is_missing``;
 * short runs of missing values (up to ``max_fill`` steps) are filled by linear interpolation and
   reported; longer runs stay missing, and models skip targets and features that touch them;
-* level shifts are detected (:func:`level_shifts`) so callers can report them; the forecasters
-  predict relative to the recent level, which keeps them sound across a shift.
+* level shifts are detected (:func:`level_shifts`) so callers can report them; the boosted
+  forecaster predicts changes in units of the recent level, which keeps it sound across a
+  shift.
 """
 
 from __future__ import annotations

@@ -171,6 +171,88 @@ def test_conformal_calibration_keeps_coverage_when_the_noise_grows() -> None:
     assert models["cqr"].calibrated_ and not models["raw"].calibrated_
 
 
+def stepped_series(days: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A daily cycle whose level steps every half day, with noise and rare spikes."""
+    rng = np.random.default_rng(seed)
+    t, y = daily_series(days, seed=seed, noise=0.08)
+    n = len(t)
+    y = y * np.repeat(rng.uniform(0.7, 1.4, 2 * days + 1), n // (2 * days) + 1)[:n]
+    spikes = rng.random(n) < 0.003
+    y[spikes] *= rng.uniform(2, 4, spikes.sum())
+    return t, y
+
+
+def with_outages(t: np.ndarray, y: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A metrics outage a day (absent rows, 30 minutes to 4 hours) whose edge windows are
+    partial (1-10 % of the rate), and a stretch a day that reads zero."""
+    rng = np.random.default_rng(seed)
+    y = y.copy()
+    keep = np.ones(len(t), dtype=bool)
+    for day in range(len(t) // DAY_STEPS):
+        length = int(rng.integers(3, 25))
+        start = day * DAY_STEPS + int(rng.integers(1, DAY_STEPS - length - 1))
+        keep[start:start + length] = False
+        y[start - 1] *= rng.uniform(0.01, 0.1)
+        y[start + length] *= rng.uniform(0.01, 0.1)
+        zeros = day * DAY_STEPS + int(rng.integers(0, DAY_STEPS - 12))
+        if keep[zeros:zeros + 12].all():
+            y[zeros:zeros + int(rng.integers(2, 12))] = 0.0
+    return t[keep], y[keep]
+
+
+def test_no_quantile_jump_after_gaps_zero_stretches_and_partial_windows() -> None:
+    # Relative to the last value, a partial window at an outage's edge (a few % of the rate)
+    # turned every lag into a ratio of 10-100 and the targets after it into ratios of 20-30;
+    # rows that looked like it in any feature then took the 0.9 quantile learned there: 13 to
+    # 81 times the day's median on these series. Additive on the last value, in units of a
+    # scale that cannot approach zero, it stays under 3 times the larger of the day's median
+    # and the last value (a spike).
+    for seed in (11, 21):
+        t, y = stepped_series(14, seed=seed)
+        t, y = with_outages(t, y, seed=seed + 1)
+        train = t < 10 * 86400
+        model = QuantileGBForecaster(resolution_s=RES, horizons_s=(600, 1800, 3600))
+        model.fit(t[train, None], y[train])
+        values = regularize(t, y, resolution_s=RES).values
+        origins = np.arange(int(train.sum()), len(values) - 3)
+        upper = model._predict_origins(values, origins, np.array([1, 3]))[:, :, -1]
+        assert np.all(np.isfinite(upper))
+        day_median = np.array([np.nanmedian(values[o - DAY_STEPS:o + 1]) for o in origins])
+        last = model._base(values, origins)[0]
+        assert np.max(upper.max(axis=1) / np.fmax(day_median, last)) < 3
+
+
+def test_short_history_still_forecasts() -> None:
+    # Eight minutes of a bursty per-minute rate: the trees cannot be fitted yet, so the short-
+    # history model forecasts (the last value or the level, and the conformal quantiles of
+    # the changes seen so far), and its upper quantile covers what it has seen.
+    rng = np.random.default_rng(5)
+    t = np.arange(8) * 60.0
+    y = rng.gamma(1.5, 2.0, len(t))
+    model = QuantileGBForecaster(resolution_s=60.0, horizons_s=(60, 300, 600))
+    model.fit(t[:, None], y)
+    assert model.mode_ == "short-history" and not model.models_
+    out = model.predict_quantiles(t[-1] + np.array([[60.0], [600.0], [1800.0]]))
+    assert np.all(np.isfinite(out)) and np.all(out[:, 1] >= out[:, 0])
+    assert np.all(out[:, 1] <= 2 * y.max())
+    long_t, long_y = daily_series(2)
+    assert QuantileGBForecaster(resolution_s=RES).fit(long_t[:, None], long_y).mode_ == "trees"
+    assert QuantileGBForecaster(resolution_s=RES, short_history_s=3 * 86400).fit(
+        long_t[:, None], long_y).mode_ == "short-history"
+
+
+def test_backtest_refits_on_a_growing_history() -> None:
+    t, y = daily_series(1)
+    series = regularize(t[:60], y[:60], resolution_s=RES)
+    result = backtest(series, {"gb": QuantileGBForecaster(resolution_s=RES)},
+                      horizons_s=(600, 1800), train_steps=5, season_steps=1, refit_every=1)
+    assert result.forecasts["gb"].shape == (60 - 3 - 4, 2, 2)
+    assert np.all(np.isfinite(result.forecasts["gb"]))
+    with pytest.raises(ValueError, match="'refit_every' parameter"):
+        backtest(series, {"gb": LastValue(resolution_s=RES)}, horizons_s=(600,),
+                 train_steps=5, season_steps=1, refit_every=0)
+
+
 def test_auto_falls_back_with_a_reason() -> None:
     t, y = daily_series(1)
     auto = AutoForecaster(resolution_s=RES).fit(t[:40, None], y[:40])
@@ -193,8 +275,8 @@ def test_bad_input_is_refused_clearly() -> None:
         model.predict(np.array([[t[-1] + RES / 4]]))
     with pytest.raises(SeriesError, match="more than one period"):
         SeasonalNaive(resolution_s=RES).fit(t[:50, None], y[:50])
-    with pytest.raises(SeriesError, match="at least 20 steps"):
-        QuantileGBForecaster(resolution_s=RES).fit(t[:10, None], y[:10])
+    with pytest.raises(SeriesError, match="at least 2 observed steps"):
+        QuantileGBForecaster(resolution_s=RES).fit(t[:10, None], np.full(10, np.nan))
     with pytest.raises(ValueError, match="'quantiles' parameter"):
         LastValue(quantiles=(0.5, 1.5)).fit(t[:, None], y)
     with pytest.raises(SeriesError, match="shorter than the resolution"):
