@@ -39,7 +39,6 @@ file; a worker that is wedged but alive and healthy is not detected; GPUs are no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -274,30 +273,35 @@ def stop_recorded(state_file: Path, clock: Clock | None = None, *,
 def stop_pids(records: Sequence[tuple[str, int, int | None]], clock: Clock, *,
               grace_s: float) -> list[str]:
     """SIGTERM each (name, pid, start ticks) still ours, wait up to ``grace_s`` on ``clock``,
-    SIGKILL what is left; returns the names that were running."""
+    SIGKILL what is left; returns the names that were running. Our own children are reaped,
+    so nothing is left behind, not even a zombie."""
     running = [(name, pid) for name, pid, ticks in records if _is_ours(pid, ticks)]
     for _, pid in running:
         signal_group(pid, signal.SIGTERM)
-    deadline = clock.now() + grace_s
+    left = {pid for _, pid in running}
     idle = threading.Event()
-    while clock.now() < deadline:
-        for _, pid in running:
-            _reap(pid)
-        if not any(_is_ours(pid, None) for _, pid in running):
-            break
-        clock.wait(0.05, idle)
-    for _, pid in running:
-        if _is_ours(pid, None):
-            signal_group(pid, signal.SIGKILL)
-    for _, pid in running:
-        _reap(pid)
+    for sig, bound_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if sig == signal.SIGKILL:
+            for pid in left:
+                signal_group(pid, signal.SIGKILL)
+        deadline = clock.now() + bound_s
+        while left:
+            left = {pid for pid in left if not _gone(pid)}
+            if not left or clock.now() >= deadline:
+                break
+            clock.wait(0.02, idle)
     return [name for name, _ in running]
 
 
-def _reap(pid: int) -> None:
-    """Collect ``pid`` if it is an exited child of this process (no zombie left behind)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited: reaped when it is our child (a process whose main thread
+    exited while others still run shows as a zombie before it can be reaped), else no longer
+    running."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not _is_ours(pid, None)
+    return done == pid
 
 
 Phase = Literal["starting", "ready", "draining"]

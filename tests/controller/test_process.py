@@ -248,3 +248,28 @@ def test_sum_metric() -> None:
     text = ('# HELP x\nx_total 3\nx{a="1"} 2\nx{a="2"} 1.5\nxy 9\n')
     assert sum_metric(text, "x") == 3.5
     assert sum_metric(text, "missing") is None
+
+
+def test_the_controller_takes_it_instead_of_kubernetes(tmp_path: Path) -> None:
+    from controller._runtime import Controller, reader_from_spec
+    from pdscale.spec import load_spec
+    from tests.conftest import ROOT
+
+    spec = load_spec(ROOT / "examples" / "dynamo.yaml")
+    name = spec.services[0].name
+    world, clock = World(), FakeClock()
+    act = ProcessActuator({(name, Role.DECODE): template(), (name, Role.PREFILL): template()},
+                          clock=clock, prober=world, spawn=world.spawn, ports=world.port,
+                          send_signal=world.send)
+    controller = Controller(spec, None, reader_from_spec(spec), clock=clock, backend=act,
+                            dry_run=True)
+    try:
+        assert controller.kube is act and act.dry_run is True
+        assert controller.elector is None
+        # Its statuses reach the controller's observation source.
+        act.dry_run = False
+        act.start({(name, Role.DECODE): 2})
+        assert controller.kube.read_statuses([(name, Role.DECODE)])[(name, Role.DECODE)] \
+            == ScaleStatus(2, 2, 0)
+    finally:
+        controller.telemetry.shutdown()
