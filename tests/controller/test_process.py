@@ -273,3 +273,26 @@ def test_the_controller_takes_it_instead_of_kubernetes(tmp_path: Path) -> None:
             == ScaleStatus(2, 2, 0)
     finally:
         controller.telemetry.shutdown()
+
+
+def test_another_actuator_adopts_the_recorded_workers_and_stops_them(tmp_path: Path) -> None:
+    """Real processes (sleep): the state file hands the workers over, by PID and start time."""
+    from pdscale._servers import alive
+
+    healthy = World()
+    healthy.healthy = lambda port, template: True  # type: ignore[method-assign]
+    sleeper = WorkerTemplate(argv=("sleep", "60"), name_prefix="s", cold_start_s=1.0)
+    state = tmp_path / "workers.json"
+    first = ProcessActuator({D: sleeper}, state_file=state, prober=healthy)
+    first.start({D: 2})
+    pids = [w.pid for w in first.workers(D)]
+    assert all(alive(p) for p in pids)
+    second = ProcessActuator({D: sleeper}, state_file=state, prober=healthy)
+    assert second.adopt() == 2
+    assert second.read_status(D) == ScaleStatus(2, 2, 2)
+    second.set_replicas(D, 3, ["up"])  # names go on from the recorded counter
+    assert [w.name for w in second.workers(D)] == ["s-0", "s-1", "s-2"]
+    stopped = second.stop(grace_s=2)
+    assert sorted(stopped) == ["s-0", "s-1", "s-2"]
+    first.stop(grace_s=1)  # reaps its children (already stopped by the second)
+    assert not any(alive(p) for p in pids)
