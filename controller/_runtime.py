@@ -121,7 +121,7 @@ def reader_from_spec(spec: Spec, url: str | None = None) -> PrometheusReader:
 class Controller:
     spec: Spec
     api: k8s.ApiClient | None
-    """None only with ``sim_url`` (no Kubernetes)."""
+    """None only with ``sim_url`` or ``backend`` (no Kubernetes)."""
     reader: PrometheusReader
     clock: Clock = field(default_factory=SystemClock)
     identity: str = field(default_factory=lambda: os.environ.get("POD_NAME")
@@ -133,6 +133,11 @@ class Controller:
     span_processors: tuple[Any, ...] = ()
     sim_url: str | None = None
     """Drive the simulator's live mode at this URL instead of Kubernetes (``pdscale up``)."""
+    backend: Any = None
+    """A scaling backend with the Kubernetes actuator's calls (``read_statuses``,
+    ``set_replicas``, ``event``, ``prime``, ``dry_run``) used instead of Kubernetes, e.g.
+    :class:`controller._process.ProcessActuator` for pools of local processes (bare hosts,
+    the loopback Dynamo stack). No Lease then."""
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -143,11 +148,15 @@ class Controller:
         targets = {(s.name, role): ScaleRef(s.namespace, p.target)
                    for s in spec.services for role, p in s.pools.items()}
         self.kube: Any
-        if self.sim_url is not None:
+        if self.backend is not None:
+            self.kube = self.backend
+            self.kube.dry_run = dry
+            self.leader_election = False
+        elif self.sim_url is not None:
             self.kube = SimBackend(self.sim_url, spec.services[0].name)
             self.leader_election = False
         else:
-            assert self.api is not None, "a Kubernetes API client, or sim_url"
+            assert self.api is not None, "a Kubernetes API client, sim_url or backend"
             self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
         self.policy = build_policy(spec)
         elect = c.leader_election.enabled if self.leader_election is None \

@@ -376,7 +376,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         write_rule_files,
     )
 
-    spec = _load(args.spec)
+    spec = _load(args.spec or ("examples/dynamo.yaml" if args.engine == "dynamo"
+                               else "examples/vllm.yaml"))
     if spec is None:
         return EXIT_BAD_INPUT
     folder = Path(args.dir)
@@ -386,6 +387,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
         if any(alive(p["pid"]) for p in state["processes"]):
             _err(f"a stack is already up in {folder}: run `pdscale down --dir {folder}` first")
             return EXIT_BAD_INPUT
+    if args.engine == "dynamo":  # a real Dynamo frontend and mocker workers, and Prometheus
+        from pdscale._dynamo_up import up_dynamo
+
+        return up_dynamo(spec, folder)
     binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
     missing = [name for name, path in binaries.items() if path is None]
     if missing:
@@ -501,6 +506,11 @@ def _cmd_down(args: argparse.Namespace) -> int:
         print(f"pdscale down: nothing is up in {args.dir}", file=sys.stderr)
         return EXIT_OK
     state = json.loads(state_file.read_text())
+    if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
+        from simulator._stack import stop_stack
+
+        for name in stop_stack(Path(args.dir) / state["dynamo"]):
+            print(f"  {name:<12} stopped")
     for p in reversed(state["processes"]):
         was = alive(p["pid"])
         _terminate(p["pid"])
@@ -965,7 +975,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "generated rules scraping it and the controller, Alertmanager with the "
                     "generated route, and the controller driving the simulator. Prints the "
                     "URLs. Needs the prometheus and prometheus-alertmanager binaries.")
-    p.add_argument("--spec", default="examples/vllm.yaml")
+    p.add_argument("--spec", help="default: examples/vllm.yaml (examples/dynamo.yaml with "
+                                  "--engine dynamo)")
+    p.add_argument("--engine", choices=["sim", "dynamo"], default="sim",
+                   help="sim: the simulator's live mode (default); dynamo: a real NVIDIA Dynamo "
+                        "frontend and mocker workers for the spec's dynamo service, and "
+                        "Prometheus (needs scripts/dynamo-setup.sh)")
     p.add_argument("--dir", default=".pdscale-up", help="state, configs and logs")
     p.add_argument("--speed", type=float, default=10.0,
                    help="simulated seconds per wall second (default 10)")

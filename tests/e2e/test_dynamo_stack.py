@@ -1,0 +1,287 @@
+"""A real NVIDIA Dynamo 1.6.1 stack on loopback (frontend and router, mocker workers, no GPU):
+it answers streaming chat, the replayer measures it, the process actuator scales its pools
+(cold start, drain, replacement), Prometheus scrapes it with PodMonitor-like labels, and
+``pdscale up --engine dynamo`` / ``pdscale down`` leave no process behind.
+
+Needs .venv-dynamo (scripts/dynamo-setup.sh; scripts/test.sh runs it): skipped without it
+outside CI, failed without it in CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from controller._kube import ScaleStatus
+from controller._process import sum_metric
+from pdscale._servers import alive
+from pdscale.spec import Role, ServiceSpec, load_spec
+from simulator._replay import ReplayOptions, replay, vocabulary_from_model
+from simulator._stack import DynamoNotInstalled, DynamoStack, dynamo_python
+from simulator._trace import Trace
+from tests.conftest import ROOT, free_port, need_tool
+from tests.e2e.prom import api, prometheus
+
+pytestmark = pytest.mark.e2e
+
+P, D = Role.PREFILL, Role.DECODE
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    try:
+        return dynamo_python()
+    except DynamoNotInstalled as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI runs scripts/test.sh, which installs it)")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def service() -> ServiceSpec:
+    return load_spec(ROOT / "examples" / "dynamo.yaml").services[0]
+
+
+@pytest.fixture
+def make_stack(python: Path, service: ServiceSpec,
+               tmp_path: Path) -> Iterator[Any]:
+    """Start stacks in the test's folder; stop them all after, whatever happened."""
+    stacks: list[DynamoStack] = []
+
+    def make(**kw: Any) -> DynamoStack:
+        stack = DynamoStack(service, tmp_path / f"stack{len(stacks)}", python=python, **kw)
+        stacks.append(stack)
+        return stack.start()
+
+    yield make
+    for stack in stacks:
+        stack.stop(grace_s=5)
+
+
+def _pids(stack: DynamoStack) -> list[int]:
+    assert stack.actuator is not None and stack.frontend_pid is not None
+    return [stack.frontend_pid] + [w.pid for r in Role
+                                   for w in stack.actuator.workers(stack.keys()[r])]
+
+
+def _chat(url: str, model: str, prompt: str, max_tokens: int) -> tuple[list[str], dict[str, Any]]:
+    """One streaming chat completion: the content chunks and the usage."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    chunks: list[str] = []
+    usage: dict[str, Any] = {}
+    with httpx.Client(timeout=30, trust_env=False) as client, \
+            client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if not line.startswith("data:") or line.endswith("[DONE]"):
+                continue
+            chunk = json.loads(line[5:])
+            usage = chunk.get("usage") or usage
+            chunks += [c["delta"]["content"] for c in chunk["choices"]
+                       if c["delta"].get("content")]
+    return chunks, usage
+
+
+def _metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        return sum_metric(resp.read().decode(), name) or 0.0
+
+
+def _trace(n: int, span_s: float, prompt: int, output: int) -> Trace:
+    return Trace(name=f"{n} requests", arrival_s=np.linspace(0.0, span_s, n),
+                 prompt_tokens=np.full(n, prompt, dtype=np.int64),
+                 output_tokens=np.full(n, output, dtype=np.int64))
+
+
+def _until(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_stack_answers_streaming_chat_and_stops_by_pid(make_stack: Any,
+                                                      service: ServiceSpec) -> None:
+    stack = make_stack()
+    words = vocabulary_from_model(stack.model_dir)
+    chunks, usage = _chat(stack.frontend_url, service.model_name, " ".join(words[:37]), 9)
+    assert len(chunks) == 9
+    assert usage["prompt_tokens"] == 37 and usage["completion_tokens"] == 9
+    assert _metric(stack.frontend_port, "dynamo_frontend_requests_total") == 1
+    pids = _pids(stack)
+    assert len(pids) == 3 and all(alive(p) for p in pids)
+    stopped = stack.stop()
+    assert len(stopped) == 3
+    assert not any(alive(p) for p in pids)
+    assert not stack.state_file.exists()
+
+
+def test_replayer_measures_ttft_and_itl(make_stack: Any, service: ServiceSpec) -> None:
+    stack = make_stack()
+    result = replay(_trace(12, 3.0, 300, 30), stack.frontend_url, service.model_name,
+                    vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5, slo_itl_s=0.05,
+                    options=ReplayOptions(duration_s=4.0, max_rps=10),
+                    replicas=stack.replica_counts)
+    s = result.summary
+    assert s["requests"] == s["finished"] == 12 and s["errors"] == 0
+    assert s["prompt_token_mismatches"] == 0 and s["output_tokens"] == 12 * 30
+    # The mocker's prefill (~17 ms for 300 tokens) plus the frontend's overhead; its decode
+    # steps of a few milliseconds.
+    assert 0.01 < s["ttft_p50_s"] < 0.5
+    assert 0.001 < s["itl_p50_s"] < 0.05
+    assert s["slo_attainment"] > 0.5
+    assert s["pools"]["decode"]["mean_replicas"] == pytest.approx(1.0)
+    assert s["gpu_hours"] > 0
+    assert all(r.ttft_s is not None and r.itl_mean_s is not None for r in result.requests)
+
+
+def test_scale_up_routes_to_the_new_worker_only_after_its_cold_start(
+        make_stack: Any, service: ServiceSpec) -> None:
+    stack = make_stack(cold_start_s={P: 0.0, D: 3.0})
+    act, key = stack.actuator, stack.keys()[D]
+    t0 = time.monotonic()
+    act.set_replicas(key, 2, ["test"])
+    assert act.read_status(key) == ScaleStatus(2, 2, 1)
+    time.sleep(1.5)
+    assert act.read_status(key).ready == 1  # still in its cold start
+    stack.wait_routable(counts={P: 1, D: 2}, timeout_s=30)
+    assert time.monotonic() - t0 >= 3.0
+    new = max(act.workers(key), key=lambda w: w.created_s)
+    assert new.healthy
+    result = replay(_trace(10, 0.5, 50, 20), stack.frontend_url, service.model_name,
+                    vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5, slo_itl_s=0.05,
+                    options=ReplayOptions(duration_s=1.0, max_rps=20))
+    assert result.summary["errors"] == 0
+    assert _metric(new.port, "dynamo_component_requests_total") > 0
+
+
+def test_scale_down_drains_in_flight_requests(make_stack: Any, service: ServiceSpec) -> None:
+    stack = make_stack(replicas={P: 1, D: 2})
+    act, key = stack.actuator, stack.keys()[D]
+    loads: dict[str, float] = {}
+    victims: list[Any] = []
+
+    def scale_down() -> None:
+        time.sleep(1.0)  # the streams are flowing (each lasts about 2 s)
+        loads.update({w.name: _metric(w.port, "dynamo_component_inflight_requests")
+                      for w in act.workers(key)})
+        act.set_replicas(key, 1, ["test"])
+        victims.extend(w for w in act.workers(key) if w.phase == "draining")
+
+    timer = threading.Thread(target=scale_down)
+    timer.start()
+    result = replay(_trace(12, 0.3, 50, 300), stack.frontend_url, service.model_name,
+                    vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5, slo_itl_s=0.05,
+                    options=ReplayOptions(duration_s=1.0, max_rps=40))
+    timer.join()
+    assert len(victims) == 1
+    victim = victims[0]
+    assert loads[victim.name] > 0  # it had streams in flight when it got SIGTERM
+    assert result.summary["errors"] == 0, result.summary["error_kinds"]
+    assert result.summary["finished"] == 12
+
+    def drained() -> bool:
+        act.sync()  # reaps the exited worker, as the controller's status reads do
+        return victim.name not in [w.name for w in act.workers(key)]
+
+    _until(drained, 15, "the drained worker to exit")
+    assert not alive(victim.pid)
+    assert act.read_status(key) == ScaleStatus(1, 1, 1)
+
+
+def test_a_sigkilled_worker_is_reported_and_replaced(make_stack: Any,
+                                                    service: ServiceSpec) -> None:
+    stack = make_stack(cold_start_s={P: 0.0, D: 1.0}, migration_limit=3)
+    act, key = stack.actuator, stack.keys()[D]
+    stack.supervise(interval_s=0.2)
+    dead = act.workers(key)[0]
+    os.killpg(dead.pid, signal.SIGKILL)
+    _until(lambda: any(e[2] == "WorkerExited" and dead.name in e[3] for e in act.events), 10,
+           "the actuator to report the dead worker")
+    _until(lambda: [w.phase for w in act.workers(key)] == ["ready"], 30,
+           "the replacement to be ready")
+    replacement = act.workers(key)[0]
+    assert replacement.name != dead.name and replacement.pid != dead.pid
+    chunks, _ = _chat(stack.frontend_url, service.model_name, "bab bad", 5)
+    assert len(chunks) == 5
+
+
+def test_prometheus_sees_the_stack_with_podmonitor_labels(make_stack: Any, service: ServiceSpec,
+                                                         tmp_path: Path) -> None:
+    need_tool("prometheus")
+    stack = make_stack(cold_start_s={P: 0.0, D: 0.5})
+    stack.actuator.sync()
+    _chat(stack.frontend_url, service.model_name, "bab bad baf", 4)
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": stack.scrape_configs(
+        interval="1s")}
+    work = tmp_path / "prom"
+    work.mkdir()
+    with prometheus(config, work, free_port()) as url:
+        def series(query: str) -> list[dict[str, str]]:
+            return [r["metric"] for r in api(url, "/api/v1/query", {"query": query})
+                    ["data"]["result"]]
+
+        ns = service.namespace
+        _until(lambda: series(f'dynamo_frontend_requests_total{{namespace="{ns}"}}'), 20,
+               "the frontend's series")
+        fe = series(f'dynamo_frontend_requests_total{{namespace="{ns}"}}')[0]
+        assert fe["pod"] == stack.frontend_pod() and fe["model"] == service.model_name
+        for role in Role:
+            pool = service.pools[role]
+            query = (f'dynamo_component_requests_total{{namespace="{ns}",'
+                     f'pod=~"{pool.pod_regex}",dynamo_component="{pool.selector.dynamo_component}"}}')
+            _until(lambda q=query: series(q), 20, f"the {role.value} worker's series")
+            assert {m["role"] for m in series(query)} == {role.value}
+        # A new worker is scraped without a reload (file_sd), under its own pod name.
+        stack.actuator.set_replicas(stack.keys()[D], 2, ["test"])
+        stack.supervise(interval_s=0.2)
+        pods = f'dynamo_component_uptime_seconds{{namespace="{ns}",role="decode"}}'
+        _until(lambda: len(series(pods)) == 2, 30, "the second decode worker's series")
+        names = sorted(m["pod"] for m in series(pods))
+        assert all(re.fullmatch(service.pools[D].pod_regex, n) for n in names)
+
+
+def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Path) -> None:
+    need_tool("prometheus")
+    folder = tmp_path / "up"
+
+    def pdscale(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pdscale", *args], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT,
+                              env={**os.environ, "PDSCALE_DYNAMO_PYTHON": str(python)})
+
+    up = pdscale("up", "--engine", "dynamo", "--dir", str(folder))
+    pids: list[int] = []
+    try:
+        assert up.returncode == 0, up.stderr
+        state = json.loads((folder / "up.json").read_text())
+        stack = json.loads((folder / "dynamo" / "stack.json").read_text())
+        workers = json.loads((folder / "dynamo" / "workers.json").read_text())
+        pids = [p["pid"] for p in state["processes"]] + [stack["frontend"]["pid"]] + [
+            w["pid"] for pool in workers["pools"].values() for w in pool["workers"]]
+        assert len(pids) == 4 and all(alive(p) for p in pids)
+        assert f"http://127.0.0.1:{stack['frontend']['port']}" in up.stdout
+        chunks, _ = _chat(f"http://127.0.0.1:{stack['frontend']['port']}",
+                          stack["model"], "bab bad", 3)
+        assert len(chunks) == 3
+    finally:
+        down = pdscale("down", "--dir", str(folder))
+    assert down.returncode == 0, down.stderr
+    assert "stopped" in down.stdout
+    _until(lambda: not any(alive(p) for p in pids), 5, "every process to be gone")
