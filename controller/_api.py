@@ -119,8 +119,12 @@ def create_app(controller: Controller) -> FastAPI:
             raw = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             return _problem(400, "body is not JSON", str(exc))
+        except RecursionError:
+            return _problem(400, "body is nested too deeply to be an Alertmanager payload")
         try:
             payload = AlertmanagerPayload.model_validate(raw)
+        except RecursionError:
+            return _problem(400, "body is nested too deeply to be an Alertmanager payload")
         except ValidationError as exc:
             errors = [{"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]}
                       for e in exc.errors(include_url=False)[:20]]

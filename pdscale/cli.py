@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -260,12 +261,26 @@ def _parse_failure(text: str) -> tuple[float, Role]:
             f"expected SECONDS:prefill or SECONDS:decode, got {text!r}") from None
 
 
+def _out_ok(out: str) -> bool:
+    """Check ``--out`` before the work that fills it (a simulation can take minutes)."""
+    from pdscale._io import OutputError, check_target
+
+    try:
+        check_target(Path(out))
+    except OutputError as exc:
+        _err(f"{exc}. Nothing was run.")
+        return False
+    return True
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from pdscale._io import OutputError, write_tree
     from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
 
     spec = _load(args.spec)
     if spec is None:
+        return EXIT_BAD_INPUT
+    if not _out_ok(args.out):
         return EXIT_BAD_INPUT
     options = SimOptions(trace=args.trace, fmt=args.format, policy=args.policy, mode=args.mode,
                          cold_start_s=args.cold_start, seed=args.seed, scale=args.scale,
@@ -318,6 +333,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     spec = _load(args.spec)
     if spec is None:
+        return EXIT_BAD_INPUT
+    if not _out_ok(args.out):
         return EXIT_BAD_INPUT
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in ("static", "reactive", "dynamo", "oracle",
@@ -383,7 +400,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     folder = Path(args.dir)
     state_file = folder / "up.json"
     if state_file.exists():
-        state = json.loads(state_file.read_text())
+        state = _up_state(state_file)
+        if state is None:
+            return EXIT_BAD_INPUT
         if any(alive(p["pid"]) for p in state["processes"]):
             _err(f"a stack is already up in {folder}: run `pdscale down --dir {folder}` first")
             return EXIT_BAD_INPUT
@@ -498,14 +517,33 @@ def _terminate(pid: int) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def _cmd_down(args: argparse.Namespace) -> int:
+def _up_state(state_file: Path) -> dict[str, Any] | None:
+    """The state `pdscale up` recorded, or None after saying why it cannot be read."""
     import json
+
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or not all(
+                isinstance(p, dict) and isinstance(p.get("pid"), int)
+                and isinstance(p.get("name"), str) for p in state["processes"]):
+            raise ValueError("expected {'processes': [{'name': ..., 'pid': ...}, ...]}")
+        return state
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        _err(f"cannot read {state_file} ({exc}): the stack's process ids are lost. Stop its "
+             "processes by hand (ps -ef | grep -e prometheus -e alertmanager -e pdscale), "
+             f"then delete {state_file}")
+        return None
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
 
     state_file = Path(args.dir) / "up.json"
     if not state_file.exists():
         print(f"pdscale down: nothing is up in {args.dir}", file=sys.stderr)
         return EXIT_OK
-    state = json.loads(state_file.read_text())
+    state = _up_state(state_file)
+    if state is None:
+        return EXIT_BAD_INPUT
     if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
         from simulator._stack import stop_stack
 
@@ -615,6 +653,8 @@ def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
     from pdscale._io import OutputError, write_tree
     from pdscale.spec import parse_duration
 
+    if not _out_ok(args.out):
+        return EXIT_BAD_INPUT
     try:
         resolution = float(parse_duration(args.resolution))
         horizons = [float(parse_duration(h)) for h in args.horizons.split(",") if h.strip()]
@@ -803,6 +843,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _number(kind: str) -> Callable[[str], float]:
+    """An argparse type for a finite number that is ``positive`` (> 0), ``non-negative``
+    (>= 0) or a ``fraction`` (0 <= x < 1): out of range exits 2 with one line that says so."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = math.isfinite(value) and (
+            value > 0 if kind == "positive" else value >= 0 if kind == "non-negative"
+            else 0 <= value < 1)
+        if not ok:
+            want = {"positive": "a number > 0", "non-negative": "a number >= 0",
+                    "fraction": "a fraction from 0 up to (not including) 1"}[kind]
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text}")
+        return value
+
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
+
+
+_POSITIVE, _NON_NEGATIVE, _FRACTION = (_number(k) for k in ("positive", "non-negative",
+                                                          "fraction"))
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text}")
+    return value
+
+
+_PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def _prom_window(text: str) -> str:
+    if not _PROM_DURATION.match(text) or not any(ch in "123456789" for ch in text):
+        raise argparse.ArgumentTypeError(
+            f"expected a Prometheus duration such as 30s, 5m or 1h30m, got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pdscale", description=_DESCRIPTION, epilog=_EPILOG,
@@ -850,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--service", required=True)
     p.add_argument("--pool", required=True, choices=[r.value for r in Role])
     p.add_argument("--signal", required=True, help="signal name, see `pdscale signals`")
-    p.add_argument("--window", default="5m", help="rate window (default 5m)")
+    p.add_argument("--window", default="5m", type=_prom_window, help="rate window (default 5m)")
     p.set_defaults(func=_cmd_query)
 
     forecast = sub.add_parser("forecast", help="load forecasting: backtests")
@@ -878,10 +965,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resolution", default="1m")
     p.add_argument("--horizons", default="5m,30m")
     p.add_argument("--quantiles", default="0.5,0.9")
-    p.add_argument("--period", type=float, default=86400.0, help="seasonal period, seconds")
-    p.add_argument("--train-fraction", type=float, default=0.7)
-    p.add_argument("--train-days", type=float, help="train on this many days instead")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--period", type=_POSITIVE, default=86400.0, help="seasonal period, seconds")
+    p.add_argument("--train-fraction", type=_FRACTION, default=0.7)
+    p.add_argument("--train-days", type=_POSITIVE, help="train on this many days instead")
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--out", required=True)
@@ -896,11 +983,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace")
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"], help="default: from the name or header")
-    p.add_argument("--scale", type=float, default=1.0,
+    p.add_argument("--scale", type=_POSITIVE, default=1.0,
                    help="thin (<1) or multiply (>1) arrivals")
-    p.add_argument("--duration", type=float, help="seconds to load (ServeGen: default all, "
+    p.add_argument("--duration", type=_POSITIVE, help="seconds to load (ServeGen: default all, "
                    "which can be hundreds of millions of requests)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip malformed rows and report how many")
     p.set_defaults(func=_cmd_trace_stats)
@@ -922,14 +1009,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="auto", choices=["event", "fluid", "auto"],
                    help="event: per request; fluid: aggregates (multi-day); auto: event up "
                         "to 6 h and 3M requests")
-    p.add_argument("--cold-start", type=float, help="seconds; overrides the spec's pools")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--cold-start", type=_NON_NEGATIVE, help="seconds; overrides the spec's pools")
+    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--scale", type=_POSITIVE, default=1.0)
     p.add_argument("--service", help="service of the spec (default: the first)")
     p.add_argument("--router", default="least_loaded", choices=["least_loaded", "prefix"])
-    p.add_argument("--start", type=float, default=0.0, help="seconds into the trace")
-    p.add_argument("--duration", type=float, help="seconds of the trace to replay")
-    p.add_argument("--prefix-hit", type=float, help="fluid mode: assumed prefix hit rate")
+    p.add_argument("--start", type=_NON_NEGATIVE, default=0.0, help="seconds into the trace")
+    p.add_argument("--duration", type=_POSITIVE, help="seconds of the trace to replay")
+    p.add_argument("--prefix-hit", type=_FRACTION, help="fluid mode: assumed prefix hit rate")
     p.add_argument("--fail", action="append", type=_parse_failure, metavar="SECONDS:ROLE",
                    help="lose a replica of ROLE at SECONDS (repeatable)")
     p.add_argument("--skip-bad-rows", action="store_true")
@@ -937,7 +1024,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--live", action="store_true",
                    help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
                         "and POST /scale until the trace ends or Ctrl-C")
-    p.add_argument("--speed", type=float, default=1.0,
+    p.add_argument("--speed", type=_POSITIVE, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")
     p.add_argument("--host", default="127.0.0.1", help="live mode: listen address")
     p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
@@ -960,11 +1047,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out")
     p.add_argument("--policies", default="static,reactive,pdscale",
                    help="comma-separated (static, reactive, dynamo, oracle, pdscale)")
-    p.add_argument("--hours", type=float, default=2.0, help="trace length (default 2)")
-    p.add_argument("--scale", type=float, default=2.0,
+    p.add_argument("--hours", type=_POSITIVE, default=2.0, help="trace length (default 2)")
+    p.add_argument("--scale", type=_POSITIVE, default=2.0,
                    help="load multiplier of the synthetic trace (default 2: ~40 req/s)")
-    p.add_argument("--cold-start", type=float, default=60.0, help="seconds (default 60)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cold-start", type=_NON_NEGATIVE, default=60.0, help="seconds (default 60)")
+    p.add_argument("--seed", type=_seed, default=0)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser(
@@ -982,11 +1069,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "frontend and mocker workers for the spec's dynamo service, and "
                         "Prometheus (needs scripts/dynamo-setup.sh)")
     p.add_argument("--dir", default=".pdscale-up", help="state, configs and logs")
-    p.add_argument("--speed", type=float, default=10.0,
+    p.add_argument("--speed", type=_POSITIVE, default=10.0,
                    help="simulated seconds per wall second (default 10)")
-    p.add_argument("--duration", type=float, default=6 * 3600,
+    p.add_argument("--duration", type=_POSITIVE, default=6 * 3600,
                    help="simulated seconds of trace (default 6 h)")
-    p.add_argument("--scale", type=float, default=1.0, help="load multiplier")
+    p.add_argument("--scale", type=_POSITIVE, default=1.0, help="load multiplier")
     p.set_defaults(func=_cmd_up)
 
     p = sub.add_parser("down", help="stop the stack pdscale up started")

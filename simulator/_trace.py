@@ -28,6 +28,7 @@ import gzip
 import json
 import math
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -490,13 +491,22 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool 
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file; give a trace path or 'synthetic'")
-    fmt = fmt or detect_format(p)
-    if fmt not in FORMATS:
-        raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if fmt == "servegen":
-        return load_servegen(p, seed=seed, start_s=start_s, duration_s=duration_s)
-    loader = {"azure": load_azure, "burstgpt": load_burstgpt, "mooncake": load_mooncake}[fmt]
-    trace = loader(p, skip_bad_rows=skip_bad_rows)
+    if not p.is_file():
+        raise TraceError(f"{p}: a folder, not a trace file; give the file's path")
+    try:
+        fmt = fmt or detect_format(p)
+        if fmt not in FORMATS:
+            raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
+        if fmt == "servegen":
+            return load_servegen(p, seed=seed, start_s=start_s, duration_s=duration_s)
+        loader = {"azure": load_azure, "burstgpt": load_burstgpt,
+                  "mooncake": load_mooncake}[fmt]
+        trace = loader(p, skip_bad_rows=skip_bad_rows)
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, csv.Error) as exc:
+        # A corrupt or truncated file (gzip.BadGzipFile is an OSError): say so, not a traceback.
+        raise TraceError(f"{p}: cannot be read as a trace ({type(exc).__name__}: {exc}); check "
+                         "that the file is complete (a truncated download?) and its format"
+                         ) from exc
     if start_s or duration_s is not None:
         trace = trace.window(start_s, duration_s if duration_s is not None else math.inf)
         if not len(trace):

@@ -140,9 +140,12 @@ class PrometheusReader:
             raise PrometheusQueryError(f"{self.url}: {text}") from exc
         except requests.exceptions.RetryError as exc:
             raise PrometheusUnavailable(f"{self.url} kept failing: {exc}") from exc
-        except (requests.ConnectionError, requests.Timeout) as exc:
+        except requests.Timeout as exc:
             raise PrometheusUnavailable(f"{self.url} did not answer within "
                                         f"{self.timeout_s:g}s: {exc}") from exc
+        except requests.ConnectionError as exc:
+            raise PrometheusUnavailable(f"cannot connect to {self.url} (refused or "
+                                        f"unreachable; is Prometheus up?): {exc}") from exc
 
     # -- instant reads --------------------------------------------------------------------
 

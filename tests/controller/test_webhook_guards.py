@@ -212,3 +212,20 @@ def test_a_repeat_after_the_kill_switch_is_lifted_acts(env: Env) -> None:
 def env(tmp_path: Path) -> Iterator[Env]:
     with running(make_spec(tmp_path), tmp_path / "token") as e:
         yield e
+
+
+def test_deeply_nested_json_is_a_400_not_a_500(env: Env) -> None:
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000):
+        answer = env.post(body)
+        assert answer.status_code == 400, answer.text
+        assert "nested" in answer.json()["error"] or "JSON" in answer.json()["error"]
+
+
+def test_a_refused_connection_is_not_reported_as_a_timeout() -> None:
+    from telemetry import PrometheusReader, PrometheusUnavailable
+    from tests.conftest import free_port
+
+    reader = PrometheusReader(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    with pytest.raises(PrometheusUnavailable) as info:
+        reader._call(lambda: reader.client().custom_query("up"))
+    assert "cannot connect" in str(info.value) and "within" not in str(info.value)
