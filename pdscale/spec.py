@@ -55,6 +55,7 @@ __all__ = [
     "ReactionSettings",
     "Role",
     "SLOSpec",
+    "ScaleDownDrainSettings",
     "ScaleTarget",
     "ServiceSpec",
     "Spec",
@@ -344,6 +345,9 @@ class AlertThresholds(_Model):
     """XID codes that page (double-bit ECC, row remapping, NVLink, fell off the bus, GSP)."""
     burn_rate_factors: tuple[float, float, float, float] = (14.4, 6.0, 3.0, 1.0)
     """Multi-window burn-rate factors for 1h/5m, 6h/30m, 1d/2h, 3d/6h (Google SRE workbook)."""
+    drain_timeouts: TieredThreshold = _tiers(1, "1m", 3, "1m")
+    """Scale-down drains of the pool in a row that ended at controller.drain.timeout with
+    work still on the replica (generated only with controller.drain.enabled)."""
 
 
 class PrometheusRuleSettings(_Model):
@@ -432,6 +436,23 @@ class LeaderElectionSettings(_Model):
         return self
 
 
+class ScaleDownDrainSettings(_Model):
+    """How a scale-down is reached (``controller.drain``): choose the replica with the least
+    work, take it out of routing (``reactions.drain``'s label), wait until its in-flight
+    requests finish, then remove that replica. Off by default: it needs pod get, list and
+    patch rights (the opt-in ``deploy/scale-down-drain`` component); without it pdscale
+    writes the smaller replica count and Kubernetes picks the pod."""
+
+    enabled: bool = Field(default=False, description="Drain replicas before removing them "
+                          "(needs pod get/list/patch: deploy/scale-down-drain)")
+    timeout: Duration = Field(
+        default=300, ge=1, description="Most time a replica may drain; then it is removed "
+        "with whatever it still holds (recorded, and PDScaleDrainTimingOut when it repeats)")
+    settle: Duration = Field(
+        default=10, ge=0, description="Routing changes take this long to reach every router: "
+        "a replica counts as idle only on samples taken this long after it left routing")
+
+
 class ControllerSettings(_Model):
     """How the in-cluster controller runs (``pdscale run``)."""
 
@@ -455,6 +476,7 @@ class ControllerSettings(_Model):
         "back (bursts that came recently come again; 0 turns it off)")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    drain: ScaleDownDrainSettings = Field(default_factory=ScaleDownDrainSettings)
 
 
 class ReactionAction(StrEnum):

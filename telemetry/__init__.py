@@ -24,21 +24,27 @@ from telemetry._catalog import (
 )
 from telemetry._instrument import ControllerTelemetry
 from telemetry._reader import (
+    POD_WORK_SIGNALS,
+    PodWork,
     PrometheusAuth,
     PrometheusQueryError,
     PrometheusReader,
     PrometheusUnavailable,
     SignalValue,
+    pod_work_query,
+    read_pod_work,
 )
 
 __all__ = [
     "CONTROL_PLANE_METRICS",
     "KNOWN_METRICS",
+    "POD_WORK_SIGNALS",
     "POOL_LABELS",
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
     "ControllerTelemetry",
+    "PodWork",
     "PrometheusAuth",
     "PrometheusQueryError",
     "PrometheusReader",
@@ -50,8 +56,10 @@ __all__ = [
     "engine_signals",
     "le_matcher",
     "metric_names_in",
+    "pod_work_query",
     "pool_expr",
     "pool_query",
+    "read_pod_work",
     "recorded_name",
     "signal_def",
     "slo_error_ratio_expr",

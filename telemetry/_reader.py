@@ -20,6 +20,7 @@ Design:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,11 +29,12 @@ from typing import Any
 
 import requests
 
-from pdscale.spec import Role, Spec
-from telemetry._catalog import Signal, recorded_name
+from pdscale.spec import Role, ServiceSpec, Spec
+from telemetry._catalog import Signal, engine_signals, pool_expr, recorded_name
 
-__all__ = ["PrometheusAuth", "PrometheusQueryError", "PrometheusReader",
-           "PrometheusUnavailable", "SignalValue"]
+__all__ = ["POD_WORK_SIGNALS", "PodWork", "PrometheusAuth", "PrometheusQueryError",
+           "PrometheusReader", "PrometheusUnavailable", "SignalValue", "pod_work_query",
+           "read_pod_work"]
 
 PoolKey = tuple[str, Role]
 MAX_POINTS_PER_QUERY = 10_000
@@ -233,3 +235,83 @@ def _chunks(start_s: float, end_s: float, step_s: float) -> Iterable[tuple[float
         hi = min(end_s, lo + span)
         yield lo, hi
         lo = hi
+
+
+# -- per-pod work (scale-down drain) ------------------------------------------------------------
+
+POD_WORK_SIGNALS: dict[str, Signal] = {
+    "running": Signal.RUNNING_REQUESTS,
+    "waiting": Signal.QUEUE_DEPTH,
+    "kv_usage": Signal.KV_CACHE_USAGE_RATIO,
+    "sample_age_s": Signal.SAMPLE_AGE_S,
+}
+"""What a replica holds, read per pod from the catalog's own expression for each signal."""
+_POD_TAG = "pdscale_pod_signal"
+_BY_NAMESPACE = re.compile(r"\bby \(namespace\)")
+
+
+@dataclass(frozen=True)
+class PodWork:
+    """The work one replica holds, from its engine's series. Each value is None when the
+    engine does not export it, the pod has no sample, or its newest sample is stale: never
+    zero for missing."""
+
+    running: float | None
+    """Requests being processed."""
+    waiting: float | None
+    """Requests queued on the replica."""
+    kv_usage: float | None
+    """KV-cache blocks in use, 0-1 (a prefill replica keeps its blocks until decode has
+    pulled them)."""
+    sample_time_s: float | None
+    """When the newest engine sample behind these was taken (the pool's liveness gauge)."""
+
+
+def pod_work_query(service: ServiceSpec, role: Role) -> str | None:
+    """One PromQL query for the work of every pod of the pool: the catalog's pool expression
+    of each :data:`POD_WORK_SIGNALS` entry, aggregated by ``(namespace, pod)`` instead of by
+    namespace, each tagged with ``pdscale_pod_signal``. None when the engine exports none."""
+    have = engine_signals(service, role)
+    parts = []
+    for name, signal in POD_WORK_SIGNALS.items():
+        if signal not in have:
+            continue
+        expr, n = _BY_NAMESPACE.subn("by (namespace, pod)", pool_expr(signal, service, role))
+        if n == 0:
+            continue  # not an aggregation by namespace: it cannot be split per pod
+        parts.append(f'label_replace({expr}, "{_POD_TAG}", "{name}", "", "")')
+    return " or ".join(parts) or None
+
+
+def read_pod_work(reader: PrometheusReader, service: ServiceSpec, role: Role, *,
+                  at_s: float) -> dict[str, PodWork]:
+    """The work of every pod of one pool at ``at_s`` (one query), by pod name. A pod whose
+    newest sample is older than the reader's ``stale_after_s`` has every value withheld.
+    Errors as :meth:`PrometheusReader.read`."""
+    query = pod_work_query(service, role)
+    if query is None:
+        return {}
+    client = reader.client()
+
+    def instant() -> Any:
+        return client.custom_query(query, params={"time": f"{at_s:.3f}"})
+
+    seen: dict[str, dict[str, float]] = {}
+    for row in reader._call(instant):
+        labels = row["metric"]
+        pod, name = labels.get("pod"), labels.get(_POD_TAG)
+        value = float(row["value"][1])
+        if pod is None or name is None or not math.isfinite(value):
+            continue
+        seen.setdefault(pod, {})[name] = value
+    out: dict[str, PodWork] = {}
+    for pod, values in seen.items():
+        age = values.get("sample_age_s")
+        stamp = at_s - max(0.0, age) if age is not None else None
+        fresh = age is not None and age <= reader.stale_after_s
+        out[pod] = PodWork(
+            running=values.get("running") if fresh else None,
+            waiting=values.get("waiting") if fresh else None,
+            kv_usage=values.get("kv_usage") if fresh else None,
+            sample_time_s=stamp)
+    return out

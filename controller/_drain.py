@@ -1,0 +1,672 @@
+"""Scale-down drain: choose the replica, stop routing to it, let it drain, then remove it.
+
+The policy's decision stays a number; this unit is how a lower number is reached without
+dropping work. Writing a smaller ``/scale`` leaves the choice of pod to the workload
+controller (a busy replica can go) and the fate of its requests to the termination grace
+period (a long stream is cut at its end; Dynamo's planner aborts after 5 s). Instead, per
+pool and per tick:
+
+1. **Choose** the replicas to remove: starting ones first (they have served nothing), then
+   ready ones already out of routing by someone else (``drain_instance``), then the ready
+   ones with the least work (running + waiting requests, then KV in use, per pod), then those
+   whose work is unknown (no fresh per-pod sample: missing is never zero). A replica is not
+   chosen when it is the last ready one, or when the KV it holds is more than the replicas
+   that stay have free between them (the others could not take its sequences should it be
+   cut at the timeout): that step of the scale-down waits, and says why.
+   A StatefulSet (and a LeaderWorkerSet) always removes its highest ordinal, so for those the
+   highest ordinals are drained: the choice is fixed, the draining is not.
+2. **Stop routing** to them (the backend's reversible mark: a label that the Service selects
+   on, and an annotation with the time, the reason and the label's previous value), then wait
+   until each is idle: its running and waiting requests at zero and, for a prefill replica,
+   its KV blocks released (decode has pulled them), on a sample taken at least ``settle_s``
+   after it left routing (routers learn of the change late), or ``timeout_s`` has passed.
+3. **Remove** exactly those: the backend prepares the removal (for Deployments the
+   ``controller.kubernetes.io/pod-deletion-cost`` annotation at the lowest value, which the
+   ReplicaSet honours; nothing for highest-ordinal kinds) and lowers the count.
+
+State lives where a new leader can read it (the pods' annotations and label), so a leader
+that starts mid-drain finishes it or, when the target no longer asks for it, takes the replica
+back into routing; a drain whose removal keeps failing is taken back after twice the timeout,
+so no replica is left out of routing for ever. A scale-up during a drain takes the draining
+replicas back first: their capacity returns at once, with no cold start.
+
+A backend whose mark cannot be undone (the process actuator: SIGTERM takes a Dynamo worker
+out of routing and drains it, and its own kill bound is the timeout) is driven through the
+same choice: the victims are removed at once and followed until they exit.
+
+:func:`plan_drain` is pure (replicas, their work, ``now`` and the settings in; what to do
+out); :class:`Drainer` applies a plan through a :class:`DrainBackend` and keeps the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from controller._interface import PoolKey
+from pdscale.spec import Role
+from telemetry import PodWork
+
+__all__ = [
+    "DELETION_COST",
+    "DELETION_COST_MIN",
+    "DRAINING_SINCE",
+    "DRAIN_REASON",
+    "SERVING_BEFORE",
+    "DrainBackend",
+    "DrainConfig",
+    "DrainOutcome",
+    "DrainPlan",
+    "DrainProgress",
+    "DrainStep",
+    "Drainer",
+    "Removal",
+    "Replica",
+    "Victim",
+    "WorkSource",
+    "choose_victims",
+    "is_idle",
+    "plan_drain",
+    "work_load",
+]
+
+log = logging.getLogger("pdscale.controller")
+
+DRAINING_SINCE = "pdscale.io/draining-since"
+"""Annotation: when the replica left routing (RFC 3339); its presence marks a drain by pdscale."""
+DRAIN_REASON = "pdscale.io/drain-reason"
+"""Annotation: why this replica was chosen, in words."""
+SERVING_BEFORE = "pdscale.io/serving-before"
+"""Annotation: the serving label's value before the drain (JSON; null when it had none)."""
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+"""Annotation a ReplicaSet reads on scale-down: lower cost goes first (Kubernetes >= 1.22)."""
+DELETION_COST_MIN = "-2147483648"
+"""The lowest cost (an int32): the drained pod goes before any other."""
+
+Removal = Literal["chosen", "highest_ordinal"]
+"""How the workload removes replicas when its count is lowered: the ones pdscale marks
+(Deployments and what they run, through the deletion cost) or its highest ordinals
+(StatefulSets, LeaderWorkerSets)."""
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of a pool as the backend sees it (a pod, or a worker process)."""
+
+    name: str
+    ready: bool
+    created_s: float
+    draining_since_s: float | None = None
+    """Out of routing by pdscale since then; None when not draining."""
+    routed: bool = True
+    """False when it is out of routing for another reason (a ``drain_instance`` reaction)."""
+    ordinal: int | None = None
+    """Its index where the workload removes the highest first."""
+    drain_reason: str = ""
+    killed: bool = False
+    """The backend had to kill it at the drain's bound (process actuator)."""
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    timeout_s: float
+    """Most time a replica drains; then it is removed with what it still holds."""
+    settle_s: float = 10.0
+    """Idle counts only on samples taken this long after the replica left routing."""
+    removal: Removal = "chosen"
+    reversible: bool = True
+    """The mark can be undone (a label); False: marking is removing (SIGTERM)."""
+
+    @property
+    def abandon_after_s(self) -> float:
+        """A drain whose removal keeps failing is taken back into routing after this."""
+        return 2 * self.timeout_s
+
+
+@dataclass(frozen=True)
+class Victim:
+    name: str
+    why: str
+    work: PodWork | None = None
+
+
+@dataclass(frozen=True)
+class DrainProgress:
+    name: str
+    since_s: float
+    elapsed_s: float
+    work: PodWork | None
+    waiting_for: str
+
+
+@dataclass(frozen=True)
+class DrainOutcome:
+    name: str
+    outcome: Literal["drained", "timeout", "taken_back", "abandoned", "gone"]
+    since_s: float | None
+    duration_s: float | None
+    held: PodWork | None
+    """What it still held when the drain ended (the timeout's cost)."""
+    why: str
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    stop_routing: tuple[Victim, ...] = ()
+    resume_routing: tuple[tuple[str, str], ...] = ()
+    """(name, why) of draining replicas to take back into routing."""
+    remove: tuple[str, ...] = ()
+    """Replicas to remove now (drained, timed out, never ready, or any victim of an
+    irreversible backend)."""
+    replicas_after: int | None = None
+    """The count to write once ``remove`` are prepared; None: no write."""
+    finished: tuple[DrainOutcome, ...] = ()
+    in_progress: tuple[DrainProgress, ...] = ()
+    held: tuple[str, ...] = ()
+    """Why fewer replicas were chosen than asked for (that part of the scale-down waits)."""
+
+
+# -- the pure core ------------------------------------------------------------------------------
+
+
+def work_load(work: PodWork | None) -> float | None:
+    """Running plus waiting requests; None when neither is known."""
+    if work is None:
+        return None
+    parts = [v for v in (work.running, work.waiting) if v is not None]
+    return sum(parts) if parts else None
+
+
+def _describe(work: PodWork | None) -> str:
+    if work is None or (work_load(work) is None and work.kv_usage is None):
+        return "work unknown"
+    bits = []
+    if work.running is not None:
+        bits.append(f"{work.running:g} running")
+    if work.waiting is not None:
+        bits.append(f"{work.waiting:g} waiting")
+    if work.kv_usage is not None:
+        bits.append(f"KV {work.kv_usage:.0%}")
+    return ", ".join(bits)
+
+
+def is_idle(replica: Replica, work: PodWork | None, *, role: Role, since_s: float,
+            settle_s: float) -> tuple[bool | None, str]:
+    """Whether a replica that left routing at ``since_s`` has finished its work: True, False
+    (it still holds some) or None (not known yet), with what it waits for."""
+    load = work_load(work)
+    if not replica.ready and not load:
+        return True, "never ready: nothing to drain"
+    if work is None or work.sample_time_s is None:
+        return None, "a per-pod sample (none yet)"
+    if work.sample_time_s < since_s + settle_s:
+        return None, (f"a sample taken {settle_s:g} s after it left routing (routers learn "
+                      "late)")
+    if load is None:
+        return None, "its running/waiting requests (not exported for this pod)"
+    if load > 0:
+        return False, f"{_describe(work)} to finish"
+    if role is Role.PREFILL and work.kv_usage is not None and work.kv_usage > 0:
+        return False, f"decode to pull its KV (KV {work.kv_usage:.0%} in use)"
+    return True, "idle"
+
+
+def choose_victims(candidates: Sequence[Replica], work: Mapping[str, PodWork], n: int, *,
+                   serving: Sequence[Replica]) -> tuple[list[Victim], list[str]]:
+    """Up to ``n`` replicas to remove from ``candidates`` (none of them draining), in the
+    order of the module docstring, and why fewer were chosen. ``serving`` are the ready,
+    routed replicas not draining: those that take new work while the victims drain."""
+    if n <= 0:
+        return [], []
+    starting = sorted((r for r in candidates if not r.ready), key=lambda r: -r.created_s)
+    unrouted = sorted((r for r in candidates if r.ready and not r.routed),
+                      key=lambda r: -r.created_s)
+    ready = [r for r in candidates if r.ready and r.routed]
+
+    def known_key(r: Replica) -> tuple[float, float, float]:
+        w = work.get(r.name)
+        kv = w.kv_usage if w is not None and w.kv_usage is not None else 0.0
+        return (work_load(w) or 0.0, kv, -r.created_s)
+
+    known = sorted((r for r in ready if work_load(work.get(r.name)) is not None), key=known_key)
+    unknown = sorted((r for r in ready if work_load(work.get(r.name)) is None),
+                     key=lambda r: -r.created_s)
+    chosen: list[Victim] = []
+    held: list[str] = []
+    staying = [r for r in serving]
+    n_ready = len(ready)
+    for r in (*starting, *unrouted, *known, *unknown):
+        if len(chosen) == n:
+            break
+        w = work.get(r.name)
+        if not r.ready:
+            chosen.append(Victim(r.name, "starting (not ready): it has served nothing", w))
+            continue
+        if not r.routed:
+            chosen.append(Victim(r.name, f"already out of routing (another drain); "
+                                 f"{_describe(w)}", w))
+            continue
+        others = [x for x in staying if x.name != r.name]
+        if not others:
+            held.append(f"{r.name} is the last ready replica in routing: kept")
+            continue
+        kv = w.kv_usage if w is not None else None
+        free = [1 - work[x.name].kv_usage for x in others  # type: ignore[operator]
+                if x.name in work and work[x.name].kv_usage is not None]
+        if kv is not None and len(free) == len(others) and kv > sum(free):
+            held.append(f"{r.name} holds {kv:.0%} of a replica's KV cache and the replicas "
+                        f"that stay have {sum(free):.0%} free between them: kept")
+            continue
+        if work_load(w) is None:
+            why = (f"work unknown (no fresh per-pod sample), chosen after the {len(known)} "
+                   "replica(s) whose work is known")
+        else:
+            why = f"least work of {n_ready} ready: {_describe(w)}"
+        chosen.append(Victim(r.name, why, w))
+        staying = others
+    return chosen, held
+
+
+def plan_drain(*, role: Role, current: int, target: int, replicas: Sequence[Replica],
+               work: Mapping[str, PodWork], now_s: float, config: DrainConfig) -> DrainPlan:
+    """What to do this tick to bring a pool from ``current`` replicas (its count now) to
+    ``target`` without dropping work (see the module docstring). Pure."""
+    if not config.reversible:
+        return _plan_irreversible(current=current, target=target, replicas=replicas,
+                                  work=work, now_s=now_s)
+    draining = [r for r in replicas if r.draining_since_s is not None]
+    finished: list[DrainOutcome] = []
+    resume: list[tuple[str, str]] = []
+
+    def take_back(r: Replica, why: str) -> None:
+        resume.append((r.name, why))
+        since = r.draining_since_s
+        finished.append(DrainOutcome(r.name, "taken_back", since,
+                                     None if since is None else now_s - since,
+                                     work.get(r.name), why))
+
+    if target >= current:
+        for r in draining:
+            take_back(r, f"back into routing: the pool's target is {target} (it has "
+                         f"{current})")
+        return DrainPlan(resume_routing=tuple(resume), finished=tuple(finished))
+    excess = current - target
+    held: list[str] = []
+    if config.removal == "highest_ordinal":
+        ranked = sorted((r for r in replicas if r.ordinal is not None),
+                        key=lambda r: -(r.ordinal or 0))
+        wanted = {r.name for r in ranked[:excess]}
+        for r in draining:
+            if r.name not in wanted:
+                take_back(r, "back into routing: the workload removes its highest ordinals "
+                             "and this is no longer one of those asked for")
+        draining = [r for r in draining if r.name in wanted]
+        new = [Victim(r.name, "highest ordinal (the workload removes its highest ordinals "
+                              f"first); {_describe(work.get(r.name))}", work.get(r.name))
+               for r in ranked[:excess] if r.draining_since_s is None]
+        if len(ranked) < excess:
+            held.append(f"only {len(ranked)} replica(s) with an ordinal, {excess} asked for")
+    else:
+        if len(draining) > excess:
+            # The target rose but still asks for a scale-down: keep draining those with the
+            # least work left, take the others back (they would lose the most).
+            by_work = sorted(draining, key=lambda r: (work_load(work.get(r.name)) or 0.0,
+                                                      r.draining_since_s or 0.0))
+            for r in by_work[excess:]:
+                take_back(r, f"back into routing: the pool's target rose to {target}, fewer "
+                             "replicas to remove")
+            draining = by_work[:excess]
+        candidates = [r for r in replicas if r.draining_since_s is None]
+        serving = [r for r in candidates if r.ready and r.routed]
+        new, held = choose_victims(candidates, work, excess - len(draining), serving=serving)
+    by_name = {r.name: r for r in replicas}
+    done: dict[str, DrainOutcome] = {}
+    progress: dict[str, DrainProgress] = {}
+    for v in new:
+        r = by_name[v.name]
+        if not r.ready and not work_load(v.work):
+            done[v.name] = DrainOutcome(v.name, "drained", now_s, 0.0, v.work,
+                                        f"removed at once: {v.why}")
+    for r in draining:
+        since = r.draining_since_s if r.draining_since_s is not None else now_s
+        elapsed = now_s - since
+        w = work.get(r.name)
+        idle, waiting_for = is_idle(r, w, role=role, since_s=since, settle_s=config.settle_s)
+        if idle:
+            done[r.name] = DrainOutcome(r.name, "drained", since, elapsed, w,
+                                        f"drained in {elapsed:.1f} s ({waiting_for})")
+        elif elapsed >= config.abandon_after_s:
+            take_back(r, f"back into routing: still here {elapsed:.0f} s after it left "
+                         "routing, twice the drain timeout (does its removal keep failing?)")
+        elif elapsed >= config.timeout_s:
+            done[r.name] = DrainOutcome(
+                r.name, "timeout", since, elapsed, w,
+                f"drain timed out after {elapsed:.0f} s, removed still holding {_describe(w)}")
+        else:
+            progress[r.name] = DrainProgress(r.name, since, elapsed, w, waiting_for)
+    if config.removal == "highest_ordinal":
+        # Only a run of finished replicas from the top can go: the workload takes its highest
+        # ordinals first, finished or not.
+        victims = sorted((by_name[n] for n in [*(r.name for r in draining),
+                                               *(v.name for v in new)]),
+                         key=lambda r: -(r.ordinal or 0))
+        remove: list[str] = []
+        for r in victims:
+            if r.name not in done:
+                break
+            remove.append(r.name)
+        for name, f in list(done.items()):
+            if name not in remove and by_name[name].draining_since_s is not None:
+                progress[name] = DrainProgress(
+                    name, f.since_s or now_s, f.duration_s or 0.0, f.held,
+                    "the replicas above it (higher ordinals) to finish first")
+                del done[name]
+    else:
+        remove = sorted(done)
+    removed = set(remove)
+    return DrainPlan(
+        stop_routing=tuple(v for v in new if v.name not in removed),
+        resume_routing=tuple(resume),
+        remove=tuple(remove),
+        replicas_after=current - len(remove) if remove else None,
+        finished=(*finished, *(done[n] for n in remove)),
+        in_progress=tuple(progress.values()), held=tuple(held))
+
+
+def _plan_irreversible(*, current: int, target: int, replicas: Sequence[Replica],
+                       work: Mapping[str, PodWork], now_s: float) -> DrainPlan:
+    """Marking is removing (SIGTERM drains and exits): choose, remove at once, follow."""
+    draining = [r for r in replicas if r.draining_since_s is not None]
+    progress = [DrainProgress(r.name, r.draining_since_s or now_s,
+                              now_s - (r.draining_since_s or now_s), work.get(r.name),
+                              "its process to finish its streams and exit")
+                for r in draining]
+    if target >= current:
+        return DrainPlan(in_progress=tuple(progress),
+                         replicas_after=target if target != current else None)
+    candidates = [r for r in replicas if r.draining_since_s is None]
+    serving = [r for r in candidates if r.ready and r.routed]
+    victims, held = choose_victims(candidates, work, current - target, serving=serving)
+    names = tuple(v.name for v in victims)
+    return DrainPlan(stop_routing=tuple(victims), remove=names,
+                     replicas_after=current - len(names) if names else None,
+                     in_progress=tuple(progress), held=tuple(held))
+
+
+# -- applying plans -------------------------------------------------------------------------------
+
+
+class DrainBackend(Protocol):
+    """Where the replicas are and how to move them (Kubernetes pods, local processes)."""
+
+    def drain_config(self, key: PoolKey, *, timeout_s: float, settle_s: float) -> DrainConfig:
+        """How this pool's workload removes replicas, with the spec's bounds."""
+        ...
+
+    def pool_replicas(self, key: PoolKey) -> list[Replica]:
+        """The pool's replicas that exist and are not terminating."""
+        ...
+
+    def stop_routing(self, key: PoolKey, name: str, *, since_s: float, reason: str) -> None:
+        ...
+
+    def resume_routing(self, key: PoolKey, name: str) -> None:
+        ...
+
+    def remove_replicas(self, key: PoolKey, names: Sequence[str], replicas: int,
+                        reasons: Sequence[str]) -> None:
+        """Lower the count to ``replicas`` so that exactly ``names`` go."""
+        ...
+
+    def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
+        ...
+
+    def event(self, key: PoolKey, reason: str, message: str) -> None:
+        ...
+
+
+class WorkSource(Protocol):
+    def pod_work(self, key: PoolKey, now_s: float) -> Mapping[str, PodWork]:
+        """Per replica name, what it holds now; a replica left out is unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    """What reaching a pool's target did this tick."""
+
+    outcome: Literal["applied", "draining", "unchanged"]
+    notes: tuple[str, ...] = ()
+    """Reasons to add to the tick's decision (which replica, why, how long, what it held)."""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DrainTelemetry(Protocol):
+    def record_drain(self, key: PoolKey, *, outcome: str, duration_s: float | None,
+                     held_requests: float | None, timeouts_in_a_row: int) -> None:
+        ...
+
+    def record_draining(self, key: PoolKey, replicas: int) -> None:
+        ...
+
+
+@dataclass
+class _Known:
+    since_s: float
+    why: str
+    work: PodWork | None = None
+
+
+class Drainer:
+    """Reaches each pool's target through drains (see the module docstring). Only the leader
+    calls :meth:`reach`; :meth:`standby` forgets what it knew, so that the pools are read
+    again from their pods when leadership returns. :meth:`snapshot` is thread-safe."""
+
+    def __init__(self, backend: DrainBackend, work: WorkSource, *, timeout_s: float,
+                 settle_s: float, telemetry: DrainTelemetry | None = None,
+                 enabled: bool = True, history: int = 200,
+                 on_error: Callable[[PoolKey, Exception], None] | None = None) -> None:
+        self.backend = backend
+        self.work = work
+        self.timeout_s = timeout_s
+        self.settle_s = settle_s
+        self.telemetry = telemetry
+        self.enabled = enabled
+        """False: never drain, only take back drains an earlier configuration left."""
+        self.on_error = on_error
+        """Told about a failed per-pod work read (the drain goes on, knowing less)."""
+        self.records: deque[dict[str, Any]] = deque(maxlen=history)
+        self._active: dict[PoolKey, dict[str, _Known]] = {}
+        self._scanned: set[PoolKey] = set()
+        self._timeouts_in_a_row: dict[PoolKey, int] = {}
+        self._lock = threading.Lock()
+
+    def standby(self) -> None:
+        """This replica does not lead now: what it knew may change under the leader."""
+        with self._lock:
+            self._scanned.clear()
+            self._active.clear()
+
+    def config(self, key: PoolKey) -> DrainConfig:
+        return self.backend.drain_config(key, timeout_s=self.timeout_s, settle_s=self.settle_s)
+
+    def reach(self, key: PoolKey, target: int, *, current: int, reasons: Sequence[str],
+              now_s: float) -> DrainStep:
+        """Move the pool towards ``target`` replicas this tick (``current``: its count now).
+        Backend errors propagate (the caller records them); the pods keep the state, so the
+        next tick resumes."""
+        with self._lock:
+            quiet = key in self._scanned and not self._active.get(key)
+        if quiet and (target >= current or not self.enabled):
+            return self._plain(key, target, current=current, reasons=reasons)
+        replicas = self.backend.pool_replicas(key)
+        config = self.config(key)
+        plan_target = target if self.enabled else max(target, current)
+        busy = any(r.draining_since_s is not None for r in replicas)
+        work: Mapping[str, PodWork] = {}
+        if plan_target < current or busy:
+            try:
+                work = self.work.pod_work(key, now_s)
+            except Exception as exc:  # work unknown: no drain completes but by the timeout
+                if self.on_error is not None:
+                    self.on_error(key, exc)
+        plan = plan_drain(role=key[1], current=current, target=plan_target,
+                          replicas=replicas, work=work, now_s=now_s, config=config)
+        notes = self._apply(key, plan, config, reasons=reasons, now_s=now_s)
+        with self._lock:
+            self._scanned.add(key)
+        outcome: Literal["applied", "draining", "unchanged"]
+        if plan.replicas_after is not None:
+            outcome = "applied"
+        elif target != current and (target > current or not self.enabled):
+            self.backend.set_replicas(key, target, reasons)
+            outcome = "applied"
+        elif target < current:
+            outcome = "draining"
+        else:
+            outcome = "unchanged"
+        detail = {"drain": {
+            "draining": [p.name for p in plan.in_progress],
+            "stopped_routing": [v.name for v in plan.stop_routing],
+            "removed": list(plan.remove), "taken_back": [n for n, _ in plan.resume_routing],
+            "held": list(plan.held)}}
+        return DrainStep(outcome, tuple(notes), detail)
+
+    def _plain(self, key: PoolKey, target: int, *, current: int,
+               reasons: Sequence[str]) -> DrainStep:
+        if target == current:
+            return DrainStep("unchanged")
+        self.backend.set_replicas(key, target, reasons)
+        return DrainStep("applied")
+
+    def _apply(self, key: PoolKey, plan: DrainPlan, config: DrainConfig, *,
+               reasons: Sequence[str], now_s: float) -> list[str]:
+        notes: list[str] = []
+        with self._lock:
+            known = dict(self._active.get(key, {}))
+        for name, _why in plan.resume_routing:
+            self.backend.resume_routing(key, name)
+            known.pop(name, None)
+        for victim in plan.stop_routing:
+            if config.reversible:
+                self.backend.stop_routing(key, victim.name, since_s=now_s, reason=victim.why)
+            known[victim.name] = _Known(now_s, victim.why, victim.work)
+            notes.append(f"drain: {victim.name} chosen ({victim.why}); "
+                         + ("out of routing until it is idle" if config.reversible
+                            else "stopped: it finishes its requests and exits"))
+            self._event(key, "PdscaleDrainStarted", f"{victim.name}: {victim.why}")
+            self._record(key, now_s, victim.name, "started", None, victim.work, victim.why)
+        if plan.replicas_after is not None:
+            if plan.remove:
+                self.backend.remove_replicas(
+                    key, plan.remove, plan.replicas_after,
+                    [*reasons, f"drained replicas removed: {', '.join(plan.remove)}"])
+                if config.reversible:
+                    notes.append(f"drain: {', '.join(plan.remove)} removed (count to "
+                                 f"{plan.replicas_after})")
+            else:
+                self.backend.set_replicas(key, plan.replicas_after, reasons)
+        for f in plan.finished:
+            notes.append(f"drain: {f.name} {f.why}")
+            self._finish(key, f, now_s)
+            known.pop(f.name, None)
+        notes += [f"drain: {note}" for note in plan.held]
+        if config.reversible:
+            for p in plan.in_progress:
+                k = known.setdefault(p.name, _Known(p.since_s, "found draining (read from the "
+                                                    "pod: an earlier leader started it)"))
+                k.work = p.work
+        else:
+            # Marking was removing: a victim is finished once its process is gone.
+            present = {p.name for p in plan.in_progress} | {v.name for v in plan.stop_routing}
+            killed = self._killed(key)
+            for name in [n for n in known if n not in present]:
+                k = known.pop(name)
+                elapsed = now_s - k.since_s
+                if name in killed:
+                    load = killed[name]
+                    held = PodWork(load, None, None, now_s) if load is not None else k.work
+                    f = DrainOutcome(name, "timeout", k.since_s, elapsed, held,
+                                     f"killed at the drain bound ({elapsed:.0f} s), still "
+                                     f"holding {_describe(held)}")
+                else:
+                    f = DrainOutcome(name, "drained", k.since_s, elapsed, None,
+                                     f"drained and exited within {elapsed:.1f} s")
+                self._finish(key, f, now_s)
+                notes.append(f"drain: {name} {f.why}")
+            for p in plan.in_progress:
+                known.setdefault(p.name, _Known(p.since_s, "found draining"))
+        with self._lock:
+            if known:
+                self._active[key] = known
+            else:
+                self._active.pop(key, None)
+        if self.telemetry is not None:
+            self.telemetry.record_draining(key, len(known))
+        return notes
+
+    def _killed(self, key: PoolKey) -> Mapping[str, float | None]:
+        """Victims the backend had to kill at its bound, with what they held then."""
+        killed: Callable[[PoolKey], Mapping[str, float | None]] | None = getattr(
+            self.backend, "killed_drains", None)
+        return killed(key) if killed is not None else {}
+
+    def _event(self, key: PoolKey, reason: str, message: str) -> None:
+        try:
+            self.backend.event(key, reason, message)
+        except Exception as exc:  # an Event is a record, not a reason to fail
+            log.warning("could not record the drain as an Event: %s", exc)
+
+    def _finish(self, key: PoolKey, f: DrainOutcome, now_s: float) -> None:
+        with self._lock:
+            if f.outcome == "timeout":
+                self._timeouts_in_a_row[key] = self._timeouts_in_a_row.get(key, 0) + 1
+            elif f.outcome == "drained":
+                self._timeouts_in_a_row[key] = 0
+            in_a_row = self._timeouts_in_a_row.get(key, 0)
+        if self.telemetry is not None:
+            self.telemetry.record_drain(
+                key, outcome=f.outcome, duration_s=f.duration_s,
+                held_requests=work_load(f.held) if f.outcome == "timeout" else None,
+                timeouts_in_a_row=in_a_row)
+        if f.outcome in ("timeout", "abandoned"):
+            log.warning("drain of %s (%s/%s): %s", f.name, key[0], key[1].value, f.why)
+        reason = {"drained": "PdscaleDrained", "timeout": "PdscaleDrainTimeout"}.get(
+            f.outcome, "PdscaleDrainUndone")
+        self._event(key, reason, f"{f.name}: {f.why}")
+        self._record(key, now_s, f.name, f.outcome, f.duration_s, f.held, f.why)
+
+    def timeouts_in_a_row(self, key: PoolKey) -> int:
+        with self._lock:
+            return self._timeouts_in_a_row.get(key, 0)
+
+    def _record(self, key: PoolKey, now_s: float, name: str, outcome: str,
+                duration_s: float | None, work: PodWork | None, why: str) -> None:
+        row = {"time": now_s, "pool": f"{key[0]}/{key[1].value}", "replica": name,
+               "outcome": outcome, "duration_s": duration_s, "why": why,
+               "work": None if work is None else {
+                   "running": work.running, "waiting": work.waiting,
+                   "kv_usage": work.kv_usage}}
+        with self._lock:
+            self.records.append(row)
+
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        """Drains in progress and the recent ones, for ``/v1/status``."""
+        with self._lock:
+            active = {f"{k[0]}/{k[1].value}": [
+                {"replica": name, "since": d.since_s, "elapsed_s": now_s - d.since_s,
+                 "why": d.why,
+                 "work": None if d.work is None else {"running": d.work.running,
+                                                      "waiting": d.work.waiting,
+                                                      "kv_usage": d.work.kv_usage}}
+                for name, d in per.items()]
+                for k, per in self._active.items() if per}
+            return {"enabled": self.enabled, "timeout_s": self.timeout_s,
+                    "settle_s": self.settle_s, "in_progress": active,
+                    "timeouts_in_a_row": {f"{k[0]}/{k[1].value}": n
+                                          for k, n in self._timeouts_in_a_row.items() if n},
+                    "recent": list(self.records)[-50:]}
