@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from controller._interface import PoolKey
-from pdscale.spec import Role
-from telemetry import PodWork
+from pdscale.spec import Role, Spec
+from telemetry import PodWork, PrometheusReader, read_pod_work
 
 __all__ = [
     "DELETION_COST",
@@ -64,6 +64,7 @@ __all__ = [
     "DrainProgress",
     "DrainStep",
     "Drainer",
+    "PrometheusWork",
     "Removal",
     "Replica",
     "Victim",
@@ -483,7 +484,13 @@ class Drainer:
         self._active: dict[PoolKey, dict[str, _Known]] = {}
         self._scanned: set[PoolKey] = set()
         self._timeouts_in_a_row: dict[PoolKey, int] = {}
+        self._cleanup_off = False
         self._lock = threading.Lock()
+
+    def stop_cleanup(self) -> None:
+        """Drains are off and the pods cannot be read (no RBAC for them): there is nothing
+        this configuration could have left to take back; stop looking."""
+        self._cleanup_off = True
 
     def standby(self) -> None:
         """This replica does not lead now: what it knew may change under the leader."""
@@ -500,7 +507,8 @@ class Drainer:
         Backend errors propagate (the caller records them); the pods keep the state, so the
         next tick resumes."""
         with self._lock:
-            quiet = key in self._scanned and not self._active.get(key)
+            quiet = (key in self._scanned and not self._active.get(key)) or \
+                (not self.enabled and self._cleanup_off)
         if quiet and (target >= current or not self.enabled):
             return self._plain(key, target, current=current, reasons=reasons)
         replicas = self.backend.pool_replicas(key)
@@ -670,3 +678,15 @@ class Drainer:
                     "timeouts_in_a_row": {f"{k[0]}/{k[1].value}": n
                                           for k, n in self._timeouts_in_a_row.items() if n},
                     "recent": list(self.records)[-50:]}
+
+
+class PrometheusWork:
+    """:class:`WorkSource` from Prometheus: each pool's per-pod work with one query
+    (``telemetry.read_pod_work``, the catalog's expressions grouped by pod)."""
+
+    def __init__(self, reader: PrometheusReader, spec: Spec) -> None:
+        self.reader = reader
+        self.services = {s.name: s for s in spec.services}
+
+    def pod_work(self, key: PoolKey, now_s: float) -> Mapping[str, PodWork]:
+        return read_pod_work(self.reader, self.services[key[0]], key[1], at_s=now_s)

@@ -16,18 +16,28 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from controller._drain import (
+    DELETION_COST,
+    DELETION_COST_MIN,
+    DRAIN_REASON,
+    DRAINING_SINCE,
+    SERVING_BEFORE,
+    DrainConfig,
+    Replica,
+)
 from controller._interface import PoolKey
 from pdscale.spec import ScaleTarget
 
-__all__ = ["KubePodLabeler", "KubeRejected", "KubeScaleActuator", "KubeUnavailable", "ScaleRef",
-           "ScaleStatus"]
+__all__ = ["DELETION_COST_BEFORE", "KubeDrainBackend", "KubePodLabeler", "KubeRejected",
+           "KubeScaleActuator", "KubeUnavailable", "ScaleRef", "ScaleStatus"]
 
 
 class KubeUnavailable(Exception):
@@ -344,3 +354,226 @@ def _get(obj: Any, name: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+# -- scale-down drain ---------------------------------------------------------------------------
+
+_LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+_LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+DELETION_COST_BEFORE = "pdscale.io/deletion-cost-before"
+"""Annotation: a pod's own deletion cost before pdscale lowered it (restored on take-back)."""
+
+
+@dataclass
+class KubeDrainBackend:
+    """:class:`controller._drain.DrainBackend` over the Kubernetes API.
+
+    A pool's replicas are the pods of its service's namespace whose name its pod regex
+    matches (one LIST per call; terminating and finished pods left out). A LeaderWorkerSet's
+    replica is its group's leader pod. Routing stops by setting the serving label to its
+    drained value (``reactions.drain``: the Service selects the serving value), with the
+    annotations ``pdscale.io/draining-since``, ``pdscale.io/drain-reason`` and
+    ``pdscale.io/serving-before``; taking a pod back restores the label and removes them.
+    Every pod patch carries the resourceVersion it read, so a concurrent change answers 409
+    and the change is re-read and re-decided (bounded). Removal: Deployments (and kinds that
+    run them, such as Dynamo's scaling adapters) get ``controller.kubernetes.io/pod-deletion-
+    cost`` at its lowest on the removed pods, then the smaller count; StatefulSets and
+    LeaderWorkerSets remove their highest ordinals, which is what the drain chose."""
+
+    actuator: KubeScaleActuator
+    pod_regex: Mapping[PoolKey, str]
+    serving_label: str = "pdscale.io/serving"
+    drained_value: str = "drained"
+    max_conflict_retries: int = 5
+    _checked: set[PoolKey] = field(default_factory=set)
+
+    def _core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.actuator.api)
+
+    def _pod_error(self, verb: str, namespace: str, what: str, exc: ApiException
+                   ) -> Exception:
+        status = int(exc.status or 0)
+        if status == 403:
+            return KubeRejected(
+                f"RBAC forbids {verb} on pods in namespace {namespace}: scale-down drains need "
+                "get, list and patch on pods (apply the deploy/scale-down-drain component), or "
+                "set controller.drain.enabled: false")
+        if status == 429 or status >= 500 or status == 0:
+            return KubeUnavailable(f"{verb} {what}: API server answered {status or 'nothing'}")
+        return KubeRejected(f"{verb} {what}: API server answered {status}: {exc.reason}")
+
+    def drain_config(self, key: PoolKey, *, timeout_s: float, settle_s: float) -> DrainConfig:
+        target = self.actuator.targets[key].target
+        ordinal = target.kind in ("StatefulSet", "LeaderWorkerSet")
+        return DrainConfig(timeout_s=timeout_s, settle_s=settle_s,
+                           removal="highest_ordinal" if ordinal else "chosen")
+
+    def _check_selector(self, key: PoolKey) -> None:
+        """A workload whose selector requires the serving label would disown a drained pod
+        (and start a replacement): refuse, saying what to change."""
+        ref = self.actuator.targets[key]
+        if key in self._checked or ref.target.api_version != "apps/v1" or \
+                ref.target.kind not in ("Deployment", "StatefulSet"):
+            return
+        try:
+            read = (self.actuator._apps().read_namespaced_deployment
+                    if ref.target.kind == "Deployment"
+                    else self.actuator._apps().read_namespaced_stateful_set)
+            raw: Any = read(ref.target.name, ref.namespace, _preload_content=False)
+            selector = json.loads(raw.data).get("spec", {}).get("selector", {})
+        except ApiException as exc:
+            raise self.actuator._translate(ref, "get", exc) from exc
+        if self.serving_label in (selector.get("matchLabels") or {}) or any(
+                e.get("key") == self.serving_label
+                for e in selector.get("matchExpressions") or []):
+            raise KubeRejected(
+                f"{ref.describe()} selects its pods on {self.serving_label}: draining a pod "
+                "would disown it and start a replacement. Keep the serving label in the "
+                "Service's selector only (the workload's selector must not name it), or set "
+                "controller.drain.enabled: false")
+        self._checked.add(key)
+
+    def pool_replicas(self, key: PoolKey) -> list[Replica]:
+        self._check_selector(key)
+        ref = self.actuator.targets[key]
+        pattern = re.compile(self.pod_regex[key])
+        try:
+            raw: Any = self._core().list_namespaced_pod(ref.namespace, _preload_content=False)
+            items = json.loads(raw.data).get("items", [])
+        except ApiException as exc:
+            raise self._pod_error("list", ref.namespace, f"pods in {ref.namespace}",
+                                  exc) from exc
+        out = []
+        for pod in items:
+            meta = pod.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            phase = (pod.get("status") or {}).get("phase")
+            if not pattern.fullmatch(name) or meta.get("deletionTimestamp") or \
+                    phase in ("Succeeded", "Failed"):
+                continue
+            labels = meta.get("labels") or {}
+            if ref.target.kind == "LeaderWorkerSet" and labels.get(_LWS_WORKER, "0") != "0":
+                continue  # a group is one replica; its leader pod stands for it
+            annotations = meta.get("annotations") or {}
+            since = None
+            if DRAINING_SINCE in annotations:
+                since = _parse_time(annotations[DRAINING_SINCE])
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+            out.append(Replica(
+                name=name, ready=ready,
+                created_s=_parse_time(meta.get("creationTimestamp", "")),
+                draining_since_s=since,
+                routed=labels.get(self.serving_label) != self.drained_value,
+                ordinal=_ordinal(ref.target.name, name, labels),
+                drain_reason=annotations.get(DRAIN_REASON, "")))
+        return out
+
+    def _patch(self, key: PoolKey, name: str,
+               change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+        """Read the pod, let ``change`` decide its metadata patch (None: nothing to do any
+        more), write it conditionally on the resourceVersion read; on 409 read again and
+        decide again. False when the pod is gone or there was nothing to do."""
+        namespace = self.actuator.targets[key].namespace
+        core = self._core()
+        for _attempt in range(self.max_conflict_retries + 1):
+            try:
+                raw: Any = core.read_namespaced_pod(name, namespace, _preload_content=False)
+                pod = json.loads(raw.data)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise self._pod_error("get", namespace, f"pod {namespace}/{name}", exc) from exc
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                return False
+            patch = change(meta)
+            if patch is None:
+                return False
+            patch["resourceVersion"] = meta.get("resourceVersion")
+            try:
+                core.patch_namespaced_pod(name, namespace, {"metadata": patch})
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # changed under us: read again and decide again
+                if exc.status == 404:
+                    return False
+                raise self._pod_error("patch", namespace, f"pod {namespace}/{name}",
+                                      exc) from exc
+            return True
+        raise KubeUnavailable(f"patch pod {namespace}/{name}: still conflicting after "
+                              f"{self.max_conflict_retries} retries")
+
+    def stop_routing(self, key: PoolKey, name: str, *, since_s: float, reason: str) -> None:
+        def change(meta: dict[str, Any]) -> dict[str, Any] | None:
+            if DRAINING_SINCE in (meta.get("annotations") or {}):
+                return None
+            before = (meta.get("labels") or {}).get(self.serving_label)
+            return {"labels": {self.serving_label: self.drained_value},
+                    "annotations": {DRAINING_SINCE: _format_time(since_s),
+                                    DRAIN_REASON: reason[:1024],
+                                    SERVING_BEFORE: json.dumps(before)}}
+
+        self._patch(key, name, change)
+
+    def resume_routing(self, key: PoolKey, name: str) -> None:
+        def change(meta: dict[str, Any]) -> dict[str, Any] | None:
+            annotations = meta.get("annotations") or {}
+            if DRAINING_SINCE not in annotations:
+                return None
+            try:
+                before = json.loads(annotations.get(SERVING_BEFORE, "null"))
+            except ValueError:
+                before = None
+            restore: dict[str, Any] = {DRAINING_SINCE: None, DRAIN_REASON: None,
+                                       SERVING_BEFORE: None}
+            if annotations.get(DELETION_COST) == DELETION_COST_MIN:
+                restore[DELETION_COST] = annotations.get(DELETION_COST_BEFORE)
+                restore[DELETION_COST_BEFORE] = None
+            return {"labels": {self.serving_label: before if isinstance(before, str) else None},
+                    "annotations": restore}
+
+        self._patch(key, name, change)
+
+    def remove_replicas(self, key: PoolKey, names: Sequence[str], replicas: int,
+                        reasons: Sequence[str]) -> None:
+        if self.drain_config(key, timeout_s=1, settle_s=0).removal == "chosen":
+            for name in names:
+                def change(meta: dict[str, Any]) -> dict[str, Any] | None:
+                    annotations = meta.get("annotations") or {}
+                    own = annotations.get(DELETION_COST)
+                    if own == DELETION_COST_MIN:
+                        return None
+                    out: dict[str, Any] = {DELETION_COST: DELETION_COST_MIN}
+                    if own is not None:
+                        out[DELETION_COST_BEFORE] = own
+                    return {"annotations": out}
+
+                self._patch(key, name, change)
+        self.actuator.set_replicas(key, replicas, reasons)
+
+    def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
+        self.actuator.set_replicas(key, replicas, reasons)
+
+    def event(self, key: PoolKey, reason: str, message: str) -> None:
+        self.actuator.event(key, reason, message)
+
+
+def _ordinal(workload: str, pod: str, labels: Mapping[str, str]) -> int | None:
+    group = labels.get(_LWS_GROUP)
+    if group is not None and group.isdigit():
+        return int(group)
+    prefix, _, tail = pod.rpartition("-")
+    return int(tail) if prefix == workload and tail.isdigit() else None
+
+
+def _format_time(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str) -> float:
+    """RFC 3339 to epoch seconds; 0.0 when unreadable (an old drain: it gets taken back)."""
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError):
+        return 0.0

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from controller._constraints import Constraints, apply_constraints
+from controller._drain import Drainer
 from controller._interface import Actuator, Observation, Policy, PoolDecision, PoolKey
 from controller._kube import KubeRejected, KubeUnavailable
 from controller._policy import PdscalePolicy
@@ -97,7 +98,8 @@ class DecisionRecord:
     current: int
     ready: int
     desired: int
-    outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed"]
+    outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed",
+                     "draining"]
     cause: str
     reasons: tuple[str, ...]
     detail: Mapping[str, Any]
@@ -220,7 +222,7 @@ class Reconciler:
                  tick_s: float = 15.0, mode: Literal["act", "recommend"] = "act",
                  dry_run: bool = False, is_leader: Callable[[], bool] = lambda: True,
                  overrides: Overrides | None = None, history: int = 1000,
-                 refit_in_background: bool = True) -> None:
+                 refit_in_background: bool = True, drainer: Drainer | None = None) -> None:
         self.policy = policy
         self.source = source
         self.actuator = actuator
@@ -232,6 +234,8 @@ class Reconciler:
         self.dry_run = dry_run
         self.is_leader = is_leader
         self.overrides = overrides or Overrides()
+        self.drainer = drainer
+        """Reaches lower counts by draining the chosen replicas first (controller.drain)."""
         self.decisions: deque[DecisionRecord] = deque(maxlen=history)
         self.errors: deque[AdapterError] = deque(maxlen=200)
         self.last: dict[PoolKey, DecisionRecord] = {}
@@ -321,6 +325,8 @@ class Reconciler:
                 decisions = apply_constraints(decisions, obs, self.constraints)
             with tracer.start_as_current_span("act"):
                 leader = self.is_leader()
+                if not leader and self.drainer is not None:
+                    self.drainer.standby()
                 for key in sorted(decisions, key=str):
                     records[key] = self._act(key, decisions[key], obs, leader, now, errors)
             with tracer.start_as_current_span("refit-schedule"):
@@ -345,11 +351,16 @@ class Reconciler:
         pool = obs.pools[key]
         r = pool.replicas
         current = r.desired
-        outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed"]
+        outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed",
+                         "draining"]
         if self.mode == "recommend":
             outcome = "recommend"
         elif not leader:
             outcome = "standby"
+        elif self.drainer is not None and not self.dry_run:
+            outcome, notes, extra = self._reach_by_draining(key, decision, current, now, errors)
+            decision = replace(decision, reasons=(*decision.reasons, *notes),
+                               detail={**decision.detail, **extra})
         elif decision.desired_replicas == current:
             outcome = "unchanged"
         elif self.dry_run:
@@ -377,6 +388,41 @@ class Reconciler:
             self.decisions.append(record)
             self.last[key] = record
         return record
+
+    def _reach_by_draining(self, key: PoolKey, decision: PoolDecision, current: int,
+                           now: float, errors: list[AdapterError]
+                           ) -> tuple[Literal["applied", "unchanged", "failed", "draining"],
+                                      tuple[str, ...], dict[str, Any]]:
+        """The decision's count through the drainer: a lower one is reached by draining the
+        chosen replicas first. When the drain cannot work for good (no pod rights, a workload
+        that would disown a drained pod), scale-ups still go through and scale-downs wait."""
+        assert self.drainer is not None
+        target = decision.desired_replicas
+        try:
+            step = self.drainer.reach(key, target, current=current,
+                                      reasons=decision.reasons, now_s=now)
+            return step.outcome, step.notes, dict(step.detail)
+        except KubeRejected as exc:
+            if not self.drainer.enabled:  # only looking for drains left behind: no rights
+                self.drainer.stop_cleanup()
+                log.info("not checking pods for drains left by an earlier configuration: %s",
+                         exc)
+            else:
+                errors.append(AdapterError.from_scaling(exc, key, now))
+            note = f"drain unavailable: {exc}"
+            if target < current and self.drainer.enabled:
+                return "failed", (f"{note}; scale-down held until it is fixed",), {}
+            if target == current:
+                return "unchanged", (), {}
+            try:
+                self.actuator.set_replicas(key, target, decision.reasons)
+            except Exception as write_exc:
+                errors.append(AdapterError.from_scaling(write_exc, key, now))
+                return "failed", (), {}
+            return "applied", (note,) if self.drainer.enabled else (), {}
+        except Exception as exc:  # one pool failing must not stop the others
+            errors.append(AdapterError.from_scaling(exc, key, now))
+            return "failed", (), {}
 
     # -- the loop ---------------------------------------------------------------------------
 

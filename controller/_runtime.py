@@ -20,8 +20,15 @@ from kubernetes import client as k8s
 
 from controller._cluster import ClusterSource, warm_from_history
 from controller._constraints import Constraints
+from controller._drain import Drainer, PrometheusWork
 from controller._interface import PoolKey
-from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef, ScaleStatus
+from controller._kube import (
+    KubeDrainBackend,
+    KubePodLabeler,
+    KubeScaleActuator,
+    ScaleRef,
+    ScaleStatus,
+)
 from controller._leader import LeaseElector
 from controller._policy import build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
@@ -172,7 +179,8 @@ class Controller:
             self.policy, ClusterSource(spec, self.reader, self.kube), self.kube, self.clock,
             constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
             tick_s=float(c.tick), mode=c.mode, dry_run=dry,
-            is_leader=self.elector.is_leader if self.elector else (lambda: True))
+            is_leader=self.elector.is_leader if self.elector else (lambda: True),
+            drainer=self._drainer())
         self.authenticator = WebhookAuthenticator(spec.reactions.auth)
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
@@ -187,6 +195,36 @@ class Controller:
         self.warm_result: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def _drainer(self) -> Drainer | None:
+        """Scale-down drains (controller.drain) for the Kubernetes actuator (pods, work from
+        Prometheus) or a backend that offers them itself (the process actuator). With drains
+        off, Kubernetes pools still get a cleanup drainer that takes back drains an earlier
+        configuration left on the pods (it stops at the first refusal to list pods)."""
+        c = self.spec.controller
+        if c.mode != "act":
+            return None
+        backend: Any
+        if isinstance(self.kube, KubeScaleActuator):
+            drain = self.spec.reactions.drain
+            backend = KubeDrainBackend(
+                self.kube, {(s.name, role): p.pod_regex for s in self.spec.services
+                            for role, p in s.pools.items()},
+                serving_label=drain.label, drained_value=drain.value)
+            work: Any = PrometheusWork(self.reader, self.spec)
+        elif c.drain.enabled and hasattr(self.kube, "pool_replicas"):
+            backend = work = self.kube
+        else:
+            return None
+
+        def work_failed(key: PoolKey, exc: Exception) -> None:
+            kind = "unavailable" if isinstance(exc, PrometheusUnavailable) else "rejected"
+            self.reconciler._error(AdapterError("prometheus", kind, f"per-pod work: {exc}",
+                                                key, self.clock.now()))
+
+        return Drainer(backend, work, timeout_s=float(c.drain.timeout),
+                       settle_s=float(c.drain.settle), telemetry=self.telemetry,
+                       enabled=c.drain.enabled, on_error=work_failed)
 
     def expose(self, host: str, *, allow_unauthenticated: bool = False) -> str | None:
         """Decide whether the webhook may serve on ``host``: without authentication it serves
@@ -322,6 +360,8 @@ class Controller:
             "tick_s": self.reconciler.tick_s,
             **snap,
             "overrides": self.reconciler.overrides.active(self.clock.now()),
+            "drains": None if self.reconciler.drainer is None
+            else self.reconciler.drainer.snapshot(self.clock.now()),
             "webhook": {"auth": self.authenticator.describe(),
                         "serving": self.webhook_refusal is None,
                         "refusal": self.webhook_refusal, **self.receiver.snapshot()},

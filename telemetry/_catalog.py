@@ -210,7 +210,10 @@ _CONTROLLER_OWN = frozenset({
     "pdscale_capacity_per_replica", "pdscale_tick_duration_seconds_bucket",
     "pdscale_tick_duration_seconds_count", "pdscale_tick_duration_seconds_sum",
     "pdscale_adapter_errors_total", "pdscale_leader", "pdscale_alert_reactions_total",
-    "pdscale_alerts_received_total"})
+    "pdscale_alerts_received_total",
+    # Scale-down drains (controller._drain).
+    "pdscale_drain_replicas", "pdscale_drain_ended_total", "pdscale_drain_cut_requests_total",
+    "pdscale_drain_timeouts_in_a_row"})
 """Series the controller exports about itself (not per pool): health, tick time, leadership,
 alert reactions."""
 

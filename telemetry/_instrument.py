@@ -55,6 +55,7 @@ _ERROR_KINDS = (("prometheus", "unavailable"), ("prometheus", "rejected"),
                 ("kubernetes", "rejected"), ("forecaster", "error"), ("actuator", "error"),
                 ("lease", "error"), ("policy", "error"), ("source", "error"))
 _TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
+_DRAIN_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
 
 class ControllerTelemetry:
@@ -118,6 +119,7 @@ class ControllerTelemetry:
             description="Alertmanager webhook reactions by action, alert and outcome")
         self.alerts_received = m.create_counter(
             "pdscale_alerts_received", description="Alerts received by severity and status")
+        self._drain_instruments(m)
         if spec.gpu_budget is not None:
             self.budget.set(spec.gpu_budget, {})
         # Counters start at 0 (Prometheus practice), so the first error shows up in rate().
@@ -172,6 +174,46 @@ class ControllerTelemetry:
 
     def record_error(self, adapter: str, kind: str) -> None:
         self.adapter_errors.add(1, {"adapter": adapter, "kind": kind})
+
+    def _drain_instruments(self, m: Any) -> None:
+        """Scale-down drains (controller._drain): the ``pdscale_drain_*`` series."""
+        self.drain_replicas = _Gauge(m, "pdscale_drain_replicas",
+                                     description="Replicas out of routing, draining before "
+                                                 "their removal")
+        self.drain_ended = m.create_counter(
+            "pdscale_drain_ended", description="Drains ended, by outcome: drained, timeout "
+            "(removed still holding work), taken_back, abandoned")
+        self.drain_duration = m.create_histogram(
+            "pdscale_drain_duration_seconds", unit="s",
+            description="From leaving routing to the end of the drain, by outcome",
+            explicit_bucket_boundaries_advisory=list(_DRAIN_BUCKETS))
+        self.drain_cut_requests = m.create_counter(
+            "pdscale_drain_cut_requests", description="Requests still running or waiting on "
+            "replicas removed at the drain timeout")
+        self.drain_timeouts_in_a_row = _Gauge(
+            m, "pdscale_drain_timeouts_in_a_row",
+            description="The pool's drains in a row that ended at the timeout")
+        # Every pool's series exist from the start (at 0), so the first drain shows in
+        # increase() and the dashboards and alerts never read an absent series as no drain.
+        for labels in self._labels.values():
+            self.drain_replicas.set(0, labels)
+            self.drain_timeouts_in_a_row.set(0, labels)
+            self.drain_cut_requests.add(0, labels)
+            for outcome in ("drained", "timeout"):
+                self.drain_ended.add(0, {**labels, "outcome": outcome})
+
+    def record_drain(self, key: PoolKey, *, outcome: str, duration_s: float | None,
+                     held_requests: float | None, timeouts_in_a_row: int) -> None:
+        labels = self.labels(key)
+        self.drain_ended.add(1, {**labels, "outcome": outcome})
+        if duration_s is not None:
+            self.drain_duration.record(max(0.0, duration_s), {**labels, "outcome": outcome})
+        if held_requests:
+            self.drain_cut_requests.add(held_requests, labels)
+        self.drain_timeouts_in_a_row.set(timeouts_in_a_row, labels)
+
+    def record_draining(self, key: PoolKey, replicas: int) -> None:
+        self.drain_replicas.set(replicas, self.labels(key))
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)
