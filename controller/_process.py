@@ -23,7 +23,13 @@ Design decisions:
 * **Scale-down drains.** The chosen workers get SIGTERM (Dynamo's workers leave ``/health`` at
   once, finish their streams and exit); they are chosen as a ReplicaSet would: workers not
   ready yet first (newest first), then the least loaded by their own ``/metrics`` (the
-  template's ``load_metric``, summed), newest first among equals or when no load can be read.
+  template's ``load_metric``, summed), newest first among equals or when no load can be read
+  (``victim_order="newest"`` ignores the load, as a ReplicaSet without deletion costs does:
+  the baseline of ``bench/drain.py``). It is also a :class:`controller._drain.DrainBackend`
+  and :class:`controller._drain.WorkSource`: with ``controller.drain`` the drainer chooses
+  the worker (the same rule, and its reasons recorded) and :meth:`ProcessActuator.
+  remove_replicas` stops exactly that one; SIGTERM cannot be undone, so a scale-up during a
+  drain starts new workers, and ``kill_after_s`` is the drain's timeout.
 * **Nothing left behind.** Every worker runs in its own session (process group), is signalled
   by group, and is recorded with its PID, port and kernel start time in a JSON state file
   that another process (``pdscale down``) can use to stop them; the start time guards
@@ -56,9 +62,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+from controller._drain import DrainConfig, Replica
 from controller._interface import PoolKey
 from controller._kube import KubeRejected, KubeUnavailable, ScaleStatus
 from controller._reconciler import Clock, SystemClock
+from telemetry import PodWork
 
 __all__ = [
     "HttpProber",
@@ -369,7 +377,8 @@ class ProcessActuator:
                  ports: Callable[[], int] = free_loopback_port,
                  send_signal: Callable[[int, int], bool] = signal_group,
                  kill_after_s: float = 30.0, crash_backoff_s: float = 10.0,
-                 max_backoff_s: float = 300.0, dry_run: bool = False) -> None:
+                 max_backoff_s: float = 300.0, dry_run: bool = False,
+                 victim_order: Literal["least_loaded", "newest"] = "least_loaded") -> None:
         if not templates:
             raise ValueError("The 'templates' parameter of ProcessActuator must name at least "
                              "one pool. Got none.")
@@ -384,7 +393,9 @@ class ProcessActuator:
         self.crash_backoff_s = crash_backoff_s
         self.max_backoff_s = max_backoff_s
         self.dry_run = dry_run
+        self.victim_order = victim_order
         self.writes: list[tuple[PoolKey, int]] = []
+        self._killed: dict[PoolKey, dict[str, float | None]] = {}
         self.events: deque[tuple[float, PoolKey, str, str]] = deque(maxlen=500)
         self._pools = {key: _Pool(t) for key, t in templates.items()}
         self._lock = threading.RLock()
@@ -561,6 +572,11 @@ class ProcessActuator:
             if code is None:
                 if (w.phase == "draining" and not w.killed and w.terminated_s is not None
                         and now - w.terminated_s > self.kill_after_s):
+                    held = self.prober.load(w.port, pool.template)
+                    killed = self._killed.setdefault(key, {})
+                    killed[w.name] = held
+                    while len(killed) > 500:
+                        killed.pop(next(iter(killed)))
                     self.send_signal(w.pid, signal.SIGKILL)
                     w.killed = True
                     self.event(key, "WorkerKilled", f"{w.name} (pid {w.pid}) still draining "
@@ -594,10 +610,89 @@ class ProcessActuator:
         def order(w: _Worker) -> tuple[int, float, float, int]:
             if w.phase != "ready":
                 return (0, 0.0, -w.created_s, -w.index)
+            if self.victim_order == "newest":
+                return (1, 0.0, -w.created_s, -w.index)
             load = self.prober.load(w.port, pool.template)
             return (1, load if load is not None else 0.0, -w.created_s, -w.index)
 
         return sorted(active, key=order)[:n]
+
+    # -- as a drain backend (controller._drain) ---------------------------------------------
+
+    def drain_config(self, key: PoolKey, *, timeout_s: float, settle_s: float) -> DrainConfig:
+        """SIGTERM is the mark and the removal at once, and cannot be undone; the drain's
+        bound is this actuator's ``kill_after_s``."""
+        return DrainConfig(timeout_s=self.kill_after_s, settle_s=0.0, removal="chosen",
+                           reversible=False)
+
+    def pool_replicas(self, key: PoolKey) -> list[Replica]:
+        """Every worker of the pool after a :meth:`sync`, draining ones with their SIGTERM
+        time."""
+        with self._lock:
+            self.sync()
+            pool = self._pools.get(key)
+            if pool is None:
+                raise self._unknown(key)
+            return [Replica(w.name, w.phase == "ready" and w.healthy, w.created_s,
+                            draining_since_s=w.terminated_s if w.phase == "draining" else None,
+                            killed=w.killed)
+                    for w in pool.workers]
+
+    def pod_work(self, key: PoolKey, now_s: float) -> dict[str, PodWork]:
+        """Each ready worker's load by its own ``/metrics`` (the template's ``load_metric``)
+        as running requests, sampled now; a worker whose load cannot be read is left out
+        (unknown)."""
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                raise self._unknown(key)
+            workers = [(w.name, w.port) for w in pool.workers if w.phase == "ready"]
+            template = pool.template
+        out = {}
+        for name, port in workers:
+            load = self.prober.load(port, template)
+            if load is not None:
+                out[name] = PodWork(load, None, None, now_s)
+        return out
+
+    def stop_routing(self, key: PoolKey, name: str, *, since_s: float, reason: str) -> None:
+        raise KubeRejected("a worker process cannot leave routing and come back: its drain "
+                           "is its SIGTERM (remove_replicas)")
+
+    def resume_routing(self, key: PoolKey, name: str) -> None:
+        raise KubeRejected("a SIGTERMed worker cannot be taken back")
+
+    def remove_replicas(self, key: PoolKey, names: Sequence[str], replicas: int,
+                        reasons: Sequence[str]) -> None:
+        """SIGTERM exactly the named workers (they drain and exit; SIGKILL after
+        ``kill_after_s``) and lower the desired count to ``replicas``."""
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                raise self._unknown(key)
+            self.writes.append((key, replicas))
+            if self.dry_run:
+                return
+            now = self.clock.now()
+            chosen = [w for w in pool.workers if w.name in set(names) and w.phase != "draining"]
+            for w in chosen:
+                w.phase = "draining"
+                w.healthy = False
+                w.terminated_s = now
+                self.send_signal(w.pid, signal.SIGTERM)
+                log.info("%s: SIGTERM (pid %d), draining (chosen by the drainer)", w.name,
+                         w.pid)
+            before, pool.desired = pool.desired, replicas
+            self.event(key, "PdscaleScaled", f"pdscale scaled {pool.template.name_prefix} "
+                       f"from {before} to {replicas}, stopping "
+                       f"{', '.join(w.name for w in chosen)}: " + "; ".join(reasons))
+            self.sync()
+
+    def killed_drains(self, key: PoolKey) -> dict[str, float | None]:
+        """Workers of the pool killed at ``kill_after_s`` while draining, with the load each
+        still had then (None when unreadable)."""
+        with self._lock:
+            return dict(self._killed.get(key, {}))
 
     def _launch(self, pool: _Pool, now: float, delay_s: float) -> None:
         t = pool.template

@@ -296,3 +296,55 @@ def test_another_actuator_adopts_the_recorded_workers_and_stops_them(tmp_path: P
     assert sorted(stopped) == ["s-0", "s-1", "s-2"]
     first.stop(grace_s=1)  # reaps its children (already stopped by the second)
     assert not any(alive(p) for p in pids)
+
+
+def test_the_drainer_stops_the_least_loaded_worker_and_follows_it_to_its_exit(
+        tmp_path: Path) -> None:
+    from controller._drain import Drainer
+
+    world, clock = World(), FakeClock()
+    act = actuator(world, clock, tmp_path, kill_after_s=20.0)
+    act.start({D: 3, P: 1})
+    world.healthy_pids.update(world.procs)
+    pids = sorted(pid for pid in world.procs if world.procs[pid].env["PORT"] in
+                  {str(w.port) for w in act.workers(D)})
+    world.loads.update({pids[0]: 4, pids[1]: 0, pids[2]: 7})
+    drainer = Drainer(act, act, timeout_s=20, settle_s=0)
+    step = drainer.reach(D, 2, current=3, reasons=["forecast"], now_s=clock.now())
+    assert step.outcome == "applied"
+    assert world.signals == [(pids[1], signal.SIGTERM)]  # the idle one, not the newest
+    assert any("least work of 3 ready: 0 running" in n for n in step.notes)
+    assert act.read_status(D) == ScaleStatus(2, 2, 2)
+    # A scale-up during its drain cannot take it back (SIGTERM is final): new workers start.
+    clock.t += 1
+    step = drainer.reach(D, 3, current=2, reasons=["burst"], now_s=clock.now())
+    assert step.outcome == "applied" and len(act.workers(D)) == 4
+    world.procs[pids[1]].code = 0  # it finished its streams and exited
+    clock.t += 1
+    step = drainer.reach(D, 3, current=3, reasons=[], now_s=clock.now())
+    assert any("drained and exited within 2.0 s" in n for n in step.notes)
+    assert drainer.snapshot(clock.now())["recent"][-1]["outcome"] == "drained"
+    # A worker still busy at the bound is killed; the drain records what it held.
+    step = drainer.reach(D, 2, current=3, reasons=[], now_s=clock.now())
+    victim = next(pid for pid, sig in world.signals[1:] if sig == signal.SIGTERM)
+    world.loads[victim] = 3
+    clock.t += 21
+    act.sync()
+    assert (victim, signal.SIGKILL) in world.signals
+    world.procs[victim].code = -9
+    step = drainer.reach(D, 2, current=2, reasons=[], now_s=clock.now())
+    assert any("killed at the drain bound" in n and "3 running" in n for n in step.notes)
+    assert drainer.timeouts_in_a_row(D) == 1
+
+
+def test_newest_first_ignores_the_load_like_a_replicaset(tmp_path: Path) -> None:
+    world, clock = World(), FakeClock()
+    act = actuator(world, clock, tmp_path, victim_order="newest")
+    act.start({D: 2, P: 1})
+    world.healthy_pids.update(world.procs)
+    ports = {str(w.port): w for w in act.workers(D)}
+    by_pid = {pid: ports[p.env["PORT"]] for pid, p in world.procs.items() if p.env["PORT"] in ports}
+    newest = max(by_pid, key=lambda pid: int(by_pid[pid].name.rsplit("-", 1)[1]))
+    world.loads.update({pid: (9 if pid == newest else 0) for pid in by_pid})
+    act.set_replicas(D, 1, ["test"])
+    assert world.signals == [(newest, signal.SIGTERM)]
