@@ -24,8 +24,8 @@ Design decisions:
   once, finish their streams and exit); they are chosen as a ReplicaSet would: workers not
   ready yet first (newest first), then the least loaded by their own ``/metrics`` (the
   template's ``load_metric``, summed), newest first among equals or when no load can be read
-  (``victim_order="newest"`` ignores the load, as a ReplicaSet without deletion costs does:
-  the baseline of ``bench/drain.py``). It is also a :class:`controller._drain.DrainBackend`
+  (``victim_order="newest"`` or ``"random"`` ignores the load, as a ReplicaSet without
+  deletion costs does: the baselines of ``bench/drain.py``). It is also a :class:`controller._drain.DrainBackend`
   and :class:`controller._drain.WorkSource`: with ``controller.drain`` the drainer chooses
   the worker (the same rule, and its reasons recorded) and :meth:`ProcessActuator.
   remove_replicas` stops exactly that one; SIGTERM cannot be undone, so a scale-up during a
@@ -378,7 +378,8 @@ class ProcessActuator:
                  send_signal: Callable[[int, int], bool] = signal_group,
                  kill_after_s: float = 30.0, crash_backoff_s: float = 10.0,
                  max_backoff_s: float = 300.0, dry_run: bool = False,
-                 victim_order: Literal["least_loaded", "newest"] = "least_loaded") -> None:
+                 victim_order: Literal["least_loaded", "newest", "random"] = "least_loaded",
+                 seed: int = 0) -> None:
         if not templates:
             raise ValueError("The 'templates' parameter of ProcessActuator must name at least "
                              "one pool. Got none.")
@@ -394,6 +395,9 @@ class ProcessActuator:
         self.max_backoff_s = max_backoff_s
         self.dry_run = dry_run
         self.victim_order = victim_order
+        """Which ready worker a plain scale-down stops: the least loaded; the newest; or one
+        at random (a ReplicaSet's logarithmic scale-down among pods of similar age)."""
+        self._rng = random.Random(seed)
         self.writes: list[tuple[PoolKey, int]] = []
         self._killed: dict[PoolKey, dict[str, float | None]] = {}
         self.events: deque[tuple[float, PoolKey, str, str]] = deque(maxlen=500)
@@ -612,6 +616,8 @@ class ProcessActuator:
                 return (0, 0.0, -w.created_s, -w.index)
             if self.victim_order == "newest":
                 return (1, 0.0, -w.created_s, -w.index)
+            if self.victim_order == "random":
+                return (1, self._rng.random(), 0.0, 0)
             load = self.prober.load(w.port, pool.template)
             return (1, load if load is not None else 0.0, -w.created_s, -w.index)
 
