@@ -43,13 +43,16 @@ def test_kustomization_lists_existing_files_and_a_valid_spec() -> None:
     assert generated["name"] == "pdscale-spec"
     for rel in generated["files"]:
         load_spec(DEPLOY / rel)  # raises on an invalid spec
-    component = _kustomization(DEPLOY / "drain")
-    assert component["kind"] == "Component"
-    for rel in component["resources"]:
-        assert (DEPLOY / "drain" / rel).is_file()
+    for name in ("drain", "scale-down-drain"):
+        component = _kustomization(DEPLOY / name)
+        assert component["kind"] == "Component"
+        for rel in component["resources"]:
+            assert (DEPLOY / name / rel).is_file()
+        assert f"#   - {name}" in (DEPLOY / "kustomization.yaml").read_text()
 
 
-@pytest.mark.parametrize("folder", [DEPLOY, DEPLOY / "drain"], ids=["base", "drain"])
+@pytest.mark.parametrize("folder", [DEPLOY, DEPLOY / "drain", DEPLOY / "scale-down-drain"],
+                         ids=["base", "drain", "scale-down-drain"])
 def test_manifests_validate_against_the_kubernetes_schema(folder: Path) -> None:
     import kubernetes_validate
 
@@ -59,7 +62,7 @@ def test_manifests_validate_against_the_kubernetes_schema(folder: Path) -> None:
             continue  # a CRD: checked below
         kubernetes_validate.validate(obj, "1.30.0", strict=True)
         checked += 1
-    assert checked >= (1 if folder.name == "drain" else 8)
+    assert checked >= (8 if folder == DEPLOY else 2)
 
 
 def test_servicemonitor_scrapes_the_service_port_keeping_labels() -> None:
@@ -134,6 +137,15 @@ def test_rbac_covers_the_spec_targets_and_nothing_more() -> None:
     assert not _allows(cluster, "coordination.k8s.io", "leases", "update")
     drain = _rules(_objects(DEPLOY / "drain"), "ClusterRole")
     assert drain == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    # Scale-down drains: read the pools' pods and patch their labels and annotations; never
+    # delete (the workload removes the pod when pdscale lowers its count).
+    scale_down = _rules(_objects(DEPLOY / "scale-down-drain"), "ClusterRole")
+    assert scale_down == [{"apiGroups": [""], "resources": ["pods"],
+                           "verbs": ["get", "list", "patch"]}]
+    binding = next(o for o in _objects(DEPLOY / "scale-down-drain")
+                   if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == next(
+        o for o in objs if o["kind"] == "ServiceAccount")["metadata"]["name"]
 
 
 def test_dockerfile_copies_what_exists_and_runs_the_controller() -> None:
