@@ -221,7 +221,33 @@ def alert_defs(spec: Spec) -> list[AlertDef]:
     for service in spec.services:
         for role in Role:
             out.extend(_pool_alerts(spec.alerts, service, role))
+            out.extend(_drain_alerts(spec, service, role))
     return out
+
+
+def _drain_alerts(spec: Spec, service: ServiceSpec, role: Role) -> list[AlertDef]:
+    """Scale-down drains that keep ending at their timeout (only with controller.drain)."""
+    if not spec.controller.drain.enabled:
+        return []
+    tiers = spec.alerts.thresholds.drain_timeouts
+    series = "pdscale_drain_timeouts_in_a_row"
+    sel = f"{series}{{{pool_matchers(service, role)}}}"
+    w, c = tiers.warning.value, tiers.critical.value
+    where = f"{service.namespace}/{service.name} {role.value}"
+    timeout = format_duration(spec.controller.drain.timeout)
+    return [AlertDef(
+        name="PDScaleDrainTimingOut", service=service, role=role,
+        summary="Scale-down drains keep timing out: replicas are removed with work on them.",
+        description=f"{where}: the last {{{{ $value }}}} drains in a row ended at the "
+                    f"{timeout} timeout with requests still on the replica, which were cut. "
+                    "Requests outlast the timeout (raise controller.drain.timeout), or the "
+                    "pod's running and waiting series never read idle (check them per pod).",
+        tiers=(TierDef("warning", f"{sel} > {_num(w)}", tiers.warning.for_, _gt(series, role, w)),
+               TierDef("critical", f"{sel} > {_num(c)}", tiers.critical.for_,
+                       _gt(series, role, c))),
+        reads={series: 0.0},
+        levels={"warning": {series: _const((w + c) / 2)}, "critical": {series: _const(c + 1)}},
+    )]
 
 
 def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> list[AlertDef]:

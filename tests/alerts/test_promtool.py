@@ -108,3 +108,29 @@ def test_render_template() -> None:
     assert render_template("{{ $labels.pod }} at {{ $value | humanizePercentage }}",
                            {"pod": "p-0"}, 0.5) == "p-0 at 50%"
     assert render_template("code {{ $value }}", {}, 79.0) == "code 79"
+
+
+def test_drain_timeout_alert_is_generated_with_drains_and_passes_promtool(
+        tmp_path: Path) -> None:
+    """PDScaleDrainTimingOut exists only when controller.drain is on, reads the controller's
+    own series, and its generated tests pass the real promtool."""
+    promtool = need_tool("promtool")
+    base = (ROOT / "examples" / "sglang.yaml").read_text()
+    assert "PDScaleDrainTimingOut" not in str(alert_files(parse_spec(base)))
+    spec = parse_spec(base + "\ncontroller:\n  drain: {enabled: true, timeout: 2m}\n")
+    out = _write(spec, tmp_path)
+    rules = (out / "rules" / "qwen-sglang.rules.yml").read_text()
+    assert rules.count("alert: PDScaleDrainTimingOut") == 4  # two pools, two tiers
+    assert ('pdscale_drain_timeouts_in_a_row{pdscale_service="qwen-sglang",'
+            'pdscale_pool="decode"} > 3') in rules
+    tests = (out / "tests" / "qwen-sglang.test.yml").read_text()
+    assert "PDScaleDrainTimingOut" in tests
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
+    assert "\n## PDScaleDrainTimingOut\n" in runbooks
+    check = subprocess.run([promtool, "check", "rules", str(out / "rules" /
+                                                           "qwen-sglang.rules.yml")],
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    result = subprocess.run([promtool, "test", "rules", "qwen-sglang.test.yml"],
+                            cwd=out / "tests", capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-4000:]
