@@ -278,7 +278,7 @@ def plan_drain(*, role: Role, current: int, target: int, replicas: Sequence[Repl
     ``target`` without dropping work (see the module docstring). Pure."""
     if not config.reversible:
         return _plan_irreversible(current=current, target=target, replicas=replicas,
-                                  work=work, now_s=now_s)
+                                  work=work, now_s=now_s, removal=config.removal)
     draining = [r for r in replicas if r.draining_since_s is not None]
     finished: list[DrainOutcome] = []
     resume: list[tuple[str, str]] = []
@@ -379,8 +379,10 @@ def plan_drain(*, role: Role, current: int, target: int, replicas: Sequence[Repl
 
 
 def _plan_irreversible(*, current: int, target: int, replicas: Sequence[Replica],
-                       work: Mapping[str, PodWork], now_s: float) -> DrainPlan:
-    """Marking is removing (SIGTERM drains and exits): choose, remove at once, follow."""
+                       work: Mapping[str, PodWork], now_s: float,
+                       removal: Removal = "chosen") -> DrainPlan:
+    """Marking is removing (SIGTERM drains and exits; or no routing mark at all): choose,
+    remove at once, follow until gone."""
     draining = [r for r in replicas if r.draining_since_s is not None]
     progress = [DrainProgress(r.name, r.draining_since_s or now_s,
                               now_s - (r.draining_since_s or now_s), work.get(r.name),
@@ -390,8 +392,16 @@ def _plan_irreversible(*, current: int, target: int, replicas: Sequence[Replica]
         return DrainPlan(in_progress=tuple(progress),
                          replicas_after=target if target != current else None)
     candidates = [r for r in replicas if r.draining_since_s is None]
-    serving = [r for r in candidates if r.ready and r.routed]
-    victims, held = choose_victims(candidates, work, current - target, serving=serving)
+    if removal == "highest_ordinal":
+        top = sorted((r for r in candidates if r.ordinal is not None),
+                     key=lambda r: -(r.ordinal or 0))[:current - target]
+        victims = [Victim(r.name, "highest ordinal (the workload removes its highest "
+                                  f"ordinals first); {_describe(work.get(r.name))}",
+                          work.get(r.name)) for r in top]
+        held: list[str] = []
+    else:
+        serving = [r for r in candidates if r.ready and r.routed]
+        victims, held = choose_victims(candidates, work, current - target, serving=serving)
     names = tuple(v.name for v in victims)
     return DrainPlan(stop_routing=tuple(victims), remove=names,
                      replicas_after=current - len(names) if names else None,

@@ -384,6 +384,8 @@ class KubeDrainBackend:
     pod_regex: Mapping[PoolKey, str]
     serving_label: str = "pdscale.io/serving"
     drained_value: str = "drained"
+    routing_mark: bool = True
+    """False: no routing mark; the chosen pods get the deletion cost and go at once."""
     max_conflict_retries: int = 5
     _checked: set[PoolKey] = field(default_factory=set)
 
@@ -406,7 +408,8 @@ class KubeDrainBackend:
         target = self.actuator.targets[key].target
         ordinal = target.kind in ("StatefulSet", "LeaderWorkerSet")
         return DrainConfig(timeout_s=timeout_s, settle_s=settle_s,
-                           removal="highest_ordinal" if ordinal else "chosen")
+                           removal="highest_ordinal" if ordinal else "chosen",
+                           reversible=self.routing_mark)
 
     def _check_selector(self, key: PoolKey) -> None:
         """A workload whose selector requires the serving label would disown a drained pod

@@ -25,11 +25,11 @@ Design decisions:
   ready yet first (newest first), then the least loaded by their own ``/metrics`` (the
   template's ``load_metric``, summed), newest first among equals or when no load can be read
   (``victim_order="newest"`` or ``"random"`` ignores the load, as a ReplicaSet without
-  deletion costs does: the baselines of ``bench/drain.py``). It is also a :class:`controller._drain.DrainBackend`
-  and :class:`controller._drain.WorkSource`: with ``controller.drain`` the drainer chooses
-  the worker (the same rule, and its reasons recorded) and :meth:`ProcessActuator.
-  remove_replicas` stops exactly that one; SIGTERM cannot be undone, so a scale-up during a
-  drain starts new workers, and ``kill_after_s`` is the drain's timeout.
+  deletion costs does: the baselines of ``bench/drain.py``). It is also a drain backend and
+  work source (``controller._drain``): with ``controller.drain`` the drainer chooses the
+  worker (the same rule, its reasons recorded) and :meth:`ProcessActuator.remove_replicas`
+  stops exactly that one; SIGTERM cannot be undone, so a scale-up during a drain starts new
+  workers, and ``kill_after_s`` is the drain's timeout.
 * **Nothing left behind.** Every worker runs in its own session (process group), is signalled
   by group, and is recorded with its PID, port and kernel start time in a JSON state file
   that another process (``pdscale down``) can use to stop them; the start time guards

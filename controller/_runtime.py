@@ -210,7 +210,8 @@ class Controller:
             backend = KubeDrainBackend(
                 self.kube, {(s.name, role): p.pod_regex for s in self.spec.services
                             for role, p in s.pools.items()},
-                serving_label=drain.label, drained_value=drain.value)
+                serving_label=drain.label, drained_value=drain.value,
+                routing_mark=c.drain.stop_routing)
             work: Any = PrometheusWork(self.reader, self.spec)
         elif c.drain.enabled and hasattr(self.kube, "pool_replicas"):
             backend = work = self.kube

@@ -304,6 +304,7 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
         (f"pdscale_desired_replicas{_sel()}", "desired " + _POOL_LEGEND),
         (f"pdscale_ready_replicas{_sel()}", "ready " + _POOL_LEGEND),
     ], "short", fill=0))
+    b = _with_drain_panel(spec, b)
     by_pool = "max by (namespace, model_name, pdscale_service, pdscale_pool) "
     b = b.with_panel(_timeseries("Forecast against observed demand", [
         (by_pool + "(pdscale_forecast_demand" + _sel('quantile="0.5"') + ")",
@@ -342,6 +343,24 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
         description="Failed calls per second by adapter (prometheus, kubernetes, forecaster, "
                     "lease); the 99th-percentile tick time; whether a replica holds the lease."))
     return b
+
+
+def _with_drain_panel(spec: Spec, b: dash_b.Dashboard) -> dash_b.Dashboard:
+    """Scale-down drains, only with controller.drain: replicas out of routing, how drains
+    ended, requests cut at the timeout."""
+    if not spec.controller.drain.enabled:
+        return b
+    by = "sum by (pdscale_service, pdscale_pool"
+    return b.with_panel(_timeseries("Scale-down drains", [
+        (f"{by}) (pdscale_drain_replicas{_sel()})", "draining " + _POOL_LEGEND),
+        (f"{by}, outcome) (increase(pdscale_drain_ended_total{_sel()}[$__rate_interval]))",
+         _POOL_LEGEND + " {{outcome}}"),
+        (f"{by}) (increase(pdscale_drain_cut_requests_total{_sel()}[$__rate_interval]))",
+         "requests cut " + _POOL_LEGEND),
+    ], "short", fill=0, description="Replicas out of routing while their requests finish "
+                                    "before a scale-down removes them; drains ended by outcome "
+                                    "(drained, timeout, taken_back, abandoned); requests still "
+                                    "on replicas removed at controller.drain.timeout."))
 
 
 _BUILDERS = (

@@ -451,6 +451,12 @@ class ScaleDownDrainSettings(_Model):
     settle: Duration = Field(
         default=10, ge=0, description="Routing changes take this long to reach every router: "
         "a replica counts as idle only on samples taken this long after it left routing")
+    stop_routing: bool = Field(
+        default=True, description="Take the chosen replica out of routing with the serving "
+        "label and wait for it to drain; false where routing does not follow a selector on "
+        "that label (Dynamo's Kubernetes discovery follows its operator's Services): the "
+        "least-loaded replica is then removed at once and drains in its own SIGTERM handler "
+        "within the pod's grace period")
 
 
 class ControllerSettings(_Model):

@@ -397,3 +397,23 @@ def test_with_drains_off_a_drain_left_on_a_pod_is_taken_back(env: Env) -> None:
     assert cleanup.reach(D, 1, current=2, reasons=[], now_s=T0 + 35).outcome == "applied"
     assert env.state.lists == lists
     assert env.state.objects[("llm", "deployments", "chat-decode")]["replicas"] == 1
+
+
+def test_without_a_routing_mark_the_least_loaded_pod_goes_at_once(env: Env) -> None:
+    """controller.drain.stop_routing: false (routers that do not follow the serving label,
+    such as Dynamo's own discovery): no label, the least-loaded pod gets the lowest deletion
+    cost and the count drops in the same tick; the pod drains in its own SIGTERM handler."""
+    a, b, c = _deployment(env)
+    for pod, running in ((a, 4), (b, 1), (c, 6)):
+        env.work.set(pod, running, T0)
+    backend = env.backend()
+    backend.routing_mark = False
+    drainer = Drainer(backend, env.work, timeout_s=300, settle_s=10, telemetry=env.telemetry)
+    step = drainer.reach(D, 2, current=3, reasons=["forecast"], now_s=T0)
+    assert step.outcome == "applied"
+    assert [e[:2] for e in env.state.log] == [("patch", b), ("scale", "chat-decode"),
+                                              ("delete", b)]
+    assert env.state.log[0][2] == f"{COST}=-2147483648"  # no serving label touched
+    assert any(f"{b} chosen (least work of 3 ready: 1 running" in n for n in step.notes)
+    step = drainer.reach(D, 2, current=2, reasons=[], now_s=T0 + 15)
+    assert any(f"{b} drained and exited" in n for n in step.notes)

@@ -73,3 +73,23 @@ def test_configmaps_for_the_grafana_sidecar(example: tuple[str, Spec]) -> None:
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert cm["metadata"]["namespace"] == spec.dashboards.configmap.namespace
         assert json.loads(cm["data"][f"{doc.uid}.json"]) == doc.model
+
+
+def test_the_drain_panel_comes_with_drains_and_reads_known_series() -> None:
+    from pdscale.spec import parse_spec
+    from telemetry import CONTROL_PLANE_METRICS, metric_names_in
+    from tests.conftest import ROOT
+
+    base = (ROOT / "examples" / "vllm.yaml").read_text()
+
+    def drain_queries(text: str) -> list[str]:
+        doc = next(d for d in build_dashboards(parse_spec(text)) if d.uid.endswith("autoscaler"))
+        return [e for t, _, e in panel_queries(doc.model) if t == "Scale-down drains"]
+
+    assert drain_queries(base) == []
+    queries = drain_queries(base + "\ncontroller:\n  drain: {enabled: true}\n")
+    assert len(queries) == 3
+    read = set().union(*(metric_names_in(q) for q in queries))
+    assert read == {"pdscale_drain_replicas", "pdscale_drain_ended_total",
+                    "pdscale_drain_cut_requests_total"}
+    assert read <= CONTROL_PLANE_METRICS

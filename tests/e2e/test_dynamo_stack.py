@@ -285,3 +285,75 @@ def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Pat
     assert down.returncode == 0, down.stderr
     assert "stopped" in down.stdout
     _until(lambda: not any(alive(p) for p in pids), 5, "every process to be gone")
+
+
+def test_a_drained_scale_down_under_load_fails_nothing_and_stops_the_least_loaded(
+        make_stack: Any, service: ServiceSpec) -> None:
+    """pdscale's drain on the real stack: under steady load the drainer stops the decode
+    worker with the fewest requests in flight (by the workers' own metrics), which finishes
+    its streams and exits; no request fails or is cut. The same scale-down as Kubernetes does
+    it without the drain (the newest worker, load ignored, SIGKILL after a short grace) cuts
+    the streams of the worker it stops."""
+    from collections.abc import Mapping
+
+    from controller._drain import Drainer
+    from telemetry import PodWork
+
+    stack = make_stack(replicas={P: 1, D: 3}, cold_start_s={P: 0.0, D: 0.0}, kill_after_s=60)
+    act, key = stack.actuator, stack.keys()[D]
+    stack.supervise(interval_s=0.1)
+    seen: list[Mapping[str, PodWork]] = []
+
+    class Spy:
+        def pod_work(self, k: Any, now_s: float) -> Mapping[str, PodWork]:
+            seen.append(act.pod_work(k, now_s))
+            return seen[-1]
+
+    drainer = Drainer(act, Spy(), timeout_s=60, settle_s=0)
+    stopped: list[str] = []
+
+    def scale_down(drain: bool) -> None:
+        time.sleep(1.5)  # streams of ~4 s are flowing on every worker
+        current = act.read_status(key).desired
+        if drain:
+            drainer.reach(key, current - 1, current=current, reasons=["test"],
+                          now_s=time.time())
+        else:
+            act.set_replicas(key, current - 1, ["test"])
+        stopped.extend(w.name for w in act.workers(key) if w.phase == "draining")
+
+    def load_with(drain: bool) -> Any:
+        stopped.clear()
+        timer = threading.Thread(target=scale_down, args=(drain,))
+        timer.start()
+        result = replay(_trace(24, 2.5, 50, 500), stack.frontend_url, service.model_name,
+                        vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5,
+                        slo_itl_s=0.05, options=ReplayOptions(duration_s=3.0, max_rps=40))
+        timer.join()
+        return result
+
+    result = load_with(drain=True)
+    assert len(stopped) == 1
+    victim = stopped[0]
+    loads = {name: w.running for name, w in seen[-1].items()}
+    assert len(loads) == 3 and max(v or 0 for v in loads.values()) > 0
+    assert loads[victim] == min(loads.values())  # the least loaded when it was chosen
+    assert result.summary["errors"] == 0, result.summary["error_kinds"]
+    assert all(r.output_tokens == r.max_tokens for r in result.requests)
+    _until(lambda: victim not in [w.name for w in act.workers(key)], 20,
+           "the drained worker to exit")
+    step = drainer.reach(key, 2, current=2, reasons=[], now_s=time.time())
+    assert any(f"{victim} drained and exited" in n for n in step.notes)
+
+    # The same pool scaled down as Kubernetes would without the drain.
+    act.set_replicas(key, 3, ["test"])
+    stack.wait_routable(counts={P: 1, D: 3}, timeout_s=30)
+    act.victim_order = "newest"
+    act.kill_after_s = 0.5
+    result = load_with(drain=False)
+    assert len(stopped) == 1
+    _until(lambda: stopped[0] not in [w.name for w in act.workers(key)], 20,
+           "the killed worker to be gone")
+    cut = [r for r in result.requests if r.error is not None or r.output_tokens < r.max_tokens]
+    assert cut, "a SIGKILL half a second after SIGTERM cut no stream?"
+    assert any(e[2] == "WorkerKilled" and stopped[0] in e[3] for e in act.events)

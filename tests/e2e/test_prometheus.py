@@ -195,3 +195,39 @@ def test_reader_history_in_chunks(stack: Any, monkeypatch: pytest.MonkeyPatch) -
     assert reader.queries >= 4  # 12 s in chunks of 3 steps
     for times, values in history.values():
         assert times == sorted(set(times)) and len(times) == len(values)
+
+
+def test_per_pod_work_and_the_drain_panel_against_a_real_prometheus(stack: Any) -> None:
+    """The drain reads each pod's work with the catalog's expressions grouped by pod: a real
+    Prometheus evaluates the query and answers per pod, with a fresh sample time; the drain
+    panel's queries are accepted too."""
+    from telemetry import PrometheusReader, read_pod_work
+
+    url, specs = stack
+    _wait_rules_evaluated(url)
+    reader = PrometheusReader(url, timeout_s=5)
+    now = time.time()
+    checked = 0
+    for spec in specs:
+        for service in spec.services:
+            if service.engine not in (Engine.VLLM, Engine.SGLANG):
+                continue  # Dynamo's re-exported series: see the catalog branch's selectors
+            for role in Role:
+                work = read_pod_work(reader, service, role, at_s=now)
+                pod = _regex_sample(service.pools[role].pod_regex)
+                assert set(work) == {pod}, (service.name, role, work)
+                w = work[pod]
+                assert w.running is not None and w.waiting is not None
+                assert w.kv_usage is not None and 0 <= w.kv_usage <= 1
+                assert w.sample_time_s is not None and now - w.sample_time_s < 30
+                checked += 1
+    assert checked >= 4
+    from pdscale.spec import parse_spec
+
+    text = EXAMPLES[0].read_text() + "\ncontroller:\n  drain: {enabled: true}\n"
+    doc = next(d for d in build_dashboards(parse_spec(text)) if d.uid.endswith("autoscaler"))
+    queries = [e for t, _, e in panel_queries(doc.model) if t == "Scale-down drains"]
+    assert queries
+    for expr in queries:
+        body = api(url, "/api/v1/query", {"query": _substitute(expr)})
+        assert body["status"] == "success", (expr, body)
