@@ -102,3 +102,61 @@ def test_unreadable_token_file_is_a_clear_error(tmp_path: Path) -> None:
         bearer_token_file=tmp_path / "missing"))
     with pytest.raises(PrometheusQueryError, match="bearer token file"):
         reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=0)
+
+
+class _Canned(BaseHTTPRequestHandler):
+    """Answers every instant query with the same vector and records the queries."""
+
+    rows: ClassVar[list[dict[str, Any]]] = []
+    queries: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        from urllib.parse import parse_qs, urlsplit
+
+        type(self).queries.append(parse_qs(urlsplit(self.path).query)["query"][0])
+        body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                         "result": self.rows}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def test_pod_work_is_read_per_pod_in_one_query_and_stale_pods_are_unknown() -> None:
+    from pdscale.spec import Role
+    from telemetry import pod_work_query, read_pod_work
+
+    now = 1_800_000_000.0
+
+    def row(pod: str, signal: str, value: str) -> dict[str, Any]:
+        return {"metric": {"namespace": "llm", "pod": pod, "pdscale_pod_signal": signal},
+                "value": [now, value]}
+
+    handler = type("Canned", (_Canned,), {"queries": [], "rows": [
+        row("p-0", "running", "2"), row("p-0", "waiting", "1"), row("p-0", "kv_usage", "0.25"),
+        row("p-0", "sample_age_s", "3"),
+        row("p-1", "running", "0"), row("p-1", "waiting", "NaN"),
+        row("p-1", "sample_age_s", "4"),
+        row("p-2", "running", "0"), row("p-2", "sample_age_s", "600"),  # stale: unknown
+    ]})
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        service = SPEC.services[0]
+        reader = PrometheusReader(f"http://127.0.0.1:{httpd.server_address[1]}", timeout_s=2,
+                                  stale_after_s=120)
+        work = read_pod_work(reader, service, Role.DECODE, at_s=now)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert handler.queries == [pod_work_query(service, Role.DECODE)]
+    assert "by (namespace, pod)" in handler.queries[0]
+    assert "by (namespace)" not in handler.queries[0]
+    assert work["p-0"].running == 2 and work["p-0"].waiting == 1
+    assert work["p-0"].kv_usage == 0.25 and work["p-0"].sample_time_s == now - 3
+    assert work["p-1"].running == 0 and work["p-1"].waiting is None  # NaN is not zero
+    assert work["p-2"].running is None and work["p-2"].sample_time_s == now - 600
