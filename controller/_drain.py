@@ -238,7 +238,7 @@ def choose_victims(candidates: Sequence[Replica], work: Mapping[str, PodWork], n
                      key=lambda r: -r.created_s)
     chosen: list[Victim] = []
     held: list[str] = []
-    staying = [r for r in serving]
+    staying = list(serving)
     n_ready = len(ready)
     for r in (*starting, *unrouted, *known, *unknown):
         if len(chosen) == n:
@@ -256,8 +256,8 @@ def choose_victims(candidates: Sequence[Replica], work: Mapping[str, PodWork], n
             held.append(f"{r.name} is the last ready replica in routing: kept")
             continue
         kv = w.kv_usage if w is not None else None
-        free = [1 - work[x.name].kv_usage for x in others  # type: ignore[operator]
-                if x.name in work and work[x.name].kv_usage is not None]
+        kv_others = [work[x.name].kv_usage if x.name in work else None for x in others]
+        free = [1 - v for v in kv_others if v is not None]
         if kv is not None and len(free) == len(others) and kv > sum(free):
             held.append(f"{r.name} holds {kv:.0%} of a replica's KV cache and the replicas "
                         f"that stay have {sum(free):.0%} free between them: kept")
