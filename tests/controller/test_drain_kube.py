@@ -417,3 +417,26 @@ def test_without_a_routing_mark_the_least_loaded_pod_goes_at_once(env: Env) -> N
     assert any(f"{b} chosen (least work of 3 ready: 1 running" in n for n in step.notes)
     step = drainer.reach(D, 2, current=2, reasons=[], now_s=T0 + 15)
     assert any(f"{b} drained and exited" in n for n in step.notes)
+
+
+def test_the_controller_wires_the_drain_from_the_spec(env: Env) -> None:
+    from controller._runtime import Controller
+    from telemetry import PrometheusReader
+
+    reader = PrometheusReader("http://127.0.0.1:9", timeout_s=1)
+    on = Controller(SPEC, env.api, reader, clock=ManualClock(T0), leader_election=False)
+    assert on.reconciler.drainer is not None and on.reconciler.drainer.enabled
+    assert isinstance(on.reconciler.drainer.backend, KubeDrainBackend)
+    status = on.status()["drains"]
+    assert status["enabled"] and status["timeout_s"] == 300 and status["in_progress"] == {}
+    off_spec = SPEC.model_copy(update={"controller": SPEC.controller.model_copy(
+        update={"drain": SPEC.controller.drain.model_copy(update={"enabled": False})})})
+    off = Controller(off_spec, env.api, reader, clock=ManualClock(T0), leader_election=False)
+    assert off.reconciler.drainer is not None and not off.reconciler.drainer.enabled
+    recommend = SPEC.model_copy(update={"controller": SPEC.controller.model_copy(
+        update={"mode": "recommend"})})
+    rec = Controller(recommend, env.api, reader, clock=ManualClock(T0), leader_election=False)
+    assert rec.reconciler.drainer is None and rec.status()["drains"] is None
+    for c in (on, off, rec):
+        c.reconciler.close()
+        c.telemetry.shutdown()
