@@ -28,7 +28,7 @@ __all__ = ["POLICY_SIGNALS", "ClusterSource", "warm_from_history"]
 
 POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
-                  Signal.QUEUE_DEPTH, Signal.REQUEST_RATE)
+                  Signal.QUEUE_DEPTH, Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_COMPUTED_PER_S)
 """What the policy reads each tick (one query each, for all pools)."""
 
 
