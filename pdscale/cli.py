@@ -494,9 +494,11 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     service = spec.service(prepared.setup.service)
     sim = EventSimulator(prepared.setup, prepared.trace)
     loop = attach_loop(sim, prepared.policy, observation_delay_s=options.observation_delay_s)
-    cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
-                          pod_prefix={r: service.pools[r].target.name for r in Role},
-                          speed=args.speed)
+    try:
+        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -890,7 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",
-                   help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
+                   help="run in scaled real time, serving /metrics (the spec's engine and DCGM, "
+                        "as their releases export them) "
                         "and POST /scale until the trace ends or Ctrl-C")
     p.add_argument("--speed", type=float, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")
