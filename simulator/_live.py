@@ -111,7 +111,7 @@ class LiveCluster(Collector):
                     speed: float = 1.0) -> LiveCluster:
         """Export what the service's engine exports, with the buckets its spec declares."""
         kinds: tuple[Literal["ttft", "itl"], ...] = ("ttft", "itl")
-        buckets = {k: b for k in kinds
+        buckets: dict[str, tuple[float, ...]] = {k: b for k in kinds
                    if (b := service.buckets(k)) is not None}
         return cls(sim, namespace=service.namespace, model_name=service.model_name,
                    pod_prefix={r: service.pools[r].target.name for r in Role}, speed=speed,
