@@ -34,6 +34,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pdscale._engines import DYNAMO_BUCKET_DEFAULTS, dynamo_buckets
 from pdscale.spec import ENGINE_HISTOGRAM_BUCKETS, Engine, Role, ServiceSpec
 from simulator._event import EventSimulator, _DecodeReplica, _PrefillReplica, _Replica, _State
 
@@ -113,6 +114,13 @@ class LiveCluster(Collector):
         kinds: tuple[Literal["ttft", "itl"], ...] = ("ttft", "itl")
         buckets: dict[str, tuple[float, ...]] = {k: b for k in kinds
                    if (b := service.buckets(k)) is not None}
+        if service.engine is Engine.DYNAMO:
+            # The frontend's buckets follow its DYN_METRICS_* settings (declared in the spec's
+            # dynamo.histograms, else Dynamo's defaults), whatever histogram_buckets claims.
+            for k in kinds:
+                setting = service.dynamo.histograms.get(k) if service.dynamo else None
+                buckets[k] = dynamo_buckets(setting.min, setting.max, setting.count) \
+                    if setting is not None else dynamo_buckets(*DYNAMO_BUCKET_DEFAULTS[k])
         return cls(sim, namespace=service.namespace, model_name=service.model_name,
                    pod_prefix={r: service.pools[r].target.name for r in Role}, speed=speed,
                    engine=service.engine,
