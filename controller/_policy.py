@@ -297,7 +297,10 @@ class PdscalePolicy:
         current = r.active
         demand = signals.get(DEMAND_SIGNAL[role])
         hit = signals.get("prefix_cache_hit_ratio") or 0.0
-        if role is Role.PREFILL and demand is not None:
+        computed = signals.get("prompt_tokens_computed_per_s")
+        if role is Role.PREFILL and demand is not None and computed is not None:
+            demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
+        elif role is Role.PREFILL and demand is not None:
             demand = demand * (1 - min(max(hit, 0.0), 0.95))
         if demand is None:
             held = max(r.desired, current)

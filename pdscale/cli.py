@@ -32,6 +32,7 @@ generates tiered Prometheus alerts (with promtool unit tests) and Grafana dashbo
 _EPILOG = """\
 examples:
   pdscale validate examples/vllm.yaml
+  pdscale check examples/vllm.yaml --prometheus http://localhost:9090
   pdscale generate all examples/vllm.yaml --out out/
   pdscale generate alerts examples/sglang.yaml --out out/alerts
   pdscale signals --engine vllm
@@ -93,9 +94,54 @@ def _cmd_validate(args: argparse.Namespace) -> int:
               f"thresholds whose tiers a test can tell apart; got {exc}. Fix: widen the gap "
               "between the warning and critical values or `for` durations", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from pdscale._notes import provenance_notes
+
     pools = sum(len(s.pools) for s in spec.services)
     print(f"{args.spec}: valid ({len(spec.services)} service(s), {pools} pool(s))")
+    for note in provenance_notes(spec):
+        print(note)
     return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Live check of every series the alerts, dashboards and controller read (pdscale._check)."""
+    from pdscale._check import check_spec, controller_ready, render_json, render_table
+    from telemetry import PrometheusQueryError, PrometheusUnavailable
+    from telemetry._reader import instant_rows
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    url = args.prometheus or spec.controller.prometheus.url
+    if not url.startswith(("http://", "https://")):
+        _err(f"--prometheus: expected an http(s) URL such as http://localhost:9090, got {url!r}")
+        return EXIT_BAD_INPUT
+    names = [s.name for s in spec.services]
+    if args.service and args.service not in names:
+        _err(f"--service: no service named {args.service!r}; the spec has {', '.join(names)}")
+        return EXIT_BAD_INPUT
+    try:
+        from controller._runtime import reader_from_spec
+
+        reader = reader_from_spec(spec, url)
+    except (OSError, ValueError) as exc:
+        _err(f"spec.controller.prometheus: {exc}")
+        return EXIT_BAD_INPUT
+    at_s = time.time()
+    try:
+        rows = check_spec(spec, lambda q: instant_rows(reader, q, at_s=at_s), at_s=at_s,
+                          stale_after_s=float(spec.controller.prometheus.stale_after),
+                          services=[args.service] if args.service else None)
+    except PrometheusUnavailable as exc:
+        _err(f"Prometheus at {url} did not answer ({exc}); nothing was checked. Fix: start it, "
+             "or pass the right --prometheus URL")
+        return EXIT_FAILURE
+    except PrometheusQueryError as exc:
+        _err(f"Prometheus at {url} refused the query ({exc}). Fix: check the URL (the API is "
+             "at <url>/api/v1/query) and spec.controller.prometheus credentials")
+        return EXIT_BAD_INPUT
+    print(render_json(rows, url=url, at_s=at_s) if args.json else render_table(rows))
+    return EXIT_OK if controller_ready(rows) else EXIT_FAILURE
 
 
 def _generate(spec: Spec, what: str, source: str, *,
@@ -577,9 +623,11 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     service = spec.service(prepared.setup.service)
     sim = EventSimulator(prepared.setup, prepared.trace)
     loop = attach_loop(sim, prepared.policy, observation_delay_s=options.observation_delay_s)
-    cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
-                          pod_prefix={r: service.pools[r].target.name for r in Role},
-                          speed=args.speed)
+    try:
+        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -924,6 +972,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recommend: the Prometheus KEDA queries")
     p.set_defaults(func=_cmd_generate)
 
+    p = sub.add_parser(
+        "check", help="check every series the alerts, dashboards and controller read against "
+                      "a live Prometheus",
+        description="For every service, pool and signal: does each series exist, how many "
+                    "pods report it, how old is it, does the SLO's bucket exist; where a "
+                    "selector matches nothing, which matcher removed it and how to fix it. "
+                    "Exit 0 when everything the controller needs is present, 1 otherwise, 2 "
+                    "for bad input.")
+    p.add_argument("spec")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="default: spec.controller.prometheus.url")
+    p.add_argument("--service", help="check one service only")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_check)
+
     p = sub.add_parser("signals", help="list the signals each engine provides",
                        description="List the catalog: each engine's signals per pool role, "
                                    "with the recorded series name pdscale uses for it.")
@@ -1022,7 +1085,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",
-                   help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
+                   help="run in scaled real time, serving /metrics (the spec's engine and DCGM, "
+                        "as their releases export them) "
                         "and POST /scale until the trace ends or Ctrl-C")
     p.add_argument("--speed", type=_POSITIVE, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")

@@ -236,3 +236,20 @@ def test_no_flapping_under_constant_load() -> None:
         history.append(ready)
     changes = sum(1 for a, b in itertools.pairwise(history) if a != b)
     assert changes <= 2  # one move to the right size, then steady
+
+
+def test_prefill_demand_is_the_engines_computed_tokens_where_exported() -> None:
+    """vLLM 0.34's prompt_tokens_by_source{source="local_compute"} is the exact prefill demand:
+    it replaces prompt tokens x (1 - hit), and its absence falls back to that estimate."""
+    sized = []
+    for computed in (50_000.0, None):
+        policy = _policy()
+        obs = _obs(0, prompt=200_000.0)
+        signals = dict(obs.pools[KEY_P].signals)
+        signals["prompt_tokens_computed_per_s"] = computed
+        pools = dict(obs.pools)
+        pools[KEY_P] = PoolObservation(KEY_P, obs.pools[KEY_P].replicas, signals,
+                                       obs.pools[KEY_P].data_time_s)
+        out = policy.decide(Observation(0, pools))
+        sized.append(_desired(out, KEY_P))
+    assert sized[0] < sized[1]

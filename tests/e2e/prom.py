@@ -23,7 +23,8 @@ _BUCKETS = (0.001, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 def _families(engine: str) -> list[str]:
     prefixes = {"vllm": ("vllm:",), "sglang": ("sglang:",), "dynamo": ("dynamo_frontend_",),
-                "tgi": ("tgi_",), "dcgm": ("DCGM_",)}[engine]
+                "dynamo_worker": ("dynamo_component_",), "tgi": ("tgi_",),
+                "dcgm": ("DCGM_",)}[engine]
     names = {n for n in KNOWN_METRICS if n.startswith(prefixes)}
     # vLLM's external-cache counters are catalogued; include every bucket family's base.
     return sorted(names)
