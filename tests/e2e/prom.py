@@ -86,7 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Exporter(str):
-    """The exporter's ``host:port``, and :meth:`close` to kill it mid-test (a dead target)."""
+    """The exporter's ``host:port``, and :meth:`close` to kill it mid-test (a dead target).
+    Use ``str(address)`` where a plain string is needed (YAML configs)."""
 
     server: ThreadingHTTPServer
 
@@ -94,6 +95,19 @@ class Exporter(str):
         if self.server.socket.fileno() != -1:
             self.server.shutdown()
             self.server.server_close()
+
+
+def _represent_exporter(dumper: Any, value: Exporter) -> Any:
+    return dumper.represent_str(str(value))
+
+
+def _yaml_knows_exporters() -> None:
+    import yaml
+
+    yaml.SafeDumper.add_representer(Exporter, _represent_exporter)
+
+
+_yaml_knows_exporters()
 
 
 @contextmanager
