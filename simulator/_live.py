@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from pdscale._engines import DYNAMO_BUCKET_DEFAULTS, dynamo_buckets
 from pdscale.spec import ENGINE_HISTOGRAM_BUCKETS, Engine, Role, ServiceSpec
 from simulator._event import EventSimulator, _DecodeReplica, _PrefillReplica, _Replica, _State
+from telemetry import dynamo_label_namespace
 
 __all__ = ["LiveCluster", "serve_live"]
 
@@ -124,7 +125,8 @@ class LiveCluster(Collector):
         return cls(sim, namespace=service.namespace, model_name=service.model_name,
                    pod_prefix={r: service.pools[r].target.name for r in Role}, speed=speed,
                    engine=service.engine,
-                   dynamo_namespace=service.dynamo.namespace if service.dynamo else "dynamo",
+                   dynamo_namespace=dynamo_label_namespace(service.dynamo.namespace)
+                   if service.dynamo else "dynamo",
                    buckets=buckets, frontend_pod=f"{service.name}-frontend-0")
 
     # -- time -----------------------------------------------------------------------------

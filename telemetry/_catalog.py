@@ -437,16 +437,17 @@ _GPU_AND_TARGETS: dict[Signal, str] = {
 # the age of the pool's data. Once a target dies Prometheus marks its series stale at the next
 # failed scrape, so the age goes absent within one scrape interval, while a rate() over 5m of
 # the same target would read as demand falling for five minutes.
-_LIVENESS: dict[Engine, str] = {
-    Engine.VLLM: "vllm:num_requests_running",
-    Engine.SGLANG: "sglang:num_running_reqs",
-    Engine.TGI: "tgi_queue_size",
-    Engine.DYNAMO: "dynamo_component_inflight_requests",
+_LIVENESS: dict[Engine, tuple[str, str]] = {
+    Engine.VLLM: ("vllm:num_requests_running", "eng"),
+    Engine.SGLANG: ("sglang:num_running_reqs", "eng"),
+    Engine.TGI: ("tgi_queue_size", "eng"),
+    # Both Dynamo workers export the runtime's gauge (a prefill worker has no vllm:* series).
+    Engine.DYNAMO: ("dynamo_component_inflight_requests", "wrk"),
 }
 
 
-def _sample_age(metric: str) -> str:
-    return f"time() - max by (namespace) (timestamp({metric}{{$eng}}))"
+def _sample_age(metric: str, source: str) -> str:
+    return f"time() - max by (namespace) (timestamp({metric}{{${source}}}))"
 
 OPTIONAL_METRICS = frozenset({
     # Newer than some deployed engines: each has a fallback or is a signal of its own.
@@ -494,7 +495,7 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
             table = {s: backend[s] for s in _DYNAMO_DECODE_WORKER_SIGNALS if s in backend}
         table.update(_DYNAMO_FRONTEND[role])
     table.update(_GPU_AND_TARGETS)
-    table[Signal.SAMPLE_AGE_S] = _sample_age(_LIVENESS[service.engine])
+    table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
     return table
 
 
@@ -525,7 +526,9 @@ def _selector_pairs(service: ServiceSpec, role: Role) -> dict[str, list[tuple[st
         eng.append(("model_name", "=", service.model_name))
     wrk = [ns, pod]
     if service.dynamo is not None:
-        wrk.append(("dynamo_namespace", "=", service.dynamo.namespace))
+        # The runtime writes the namespace into its series' label with '-' as '_' (seen on
+        # Dynamo 1.6.1: DYN_NAMESPACE=llama-disagg -> dynamo_namespace="llama_disagg").
+        wrk.append(("dynamo_namespace", "=", dynamo_label_namespace(service.dynamo.namespace)))
     wrk.append(("dynamo_component", "=",
                 pool.selector.dynamo_component or _DYNAMO_COMPONENT[role]))
     return {
@@ -535,6 +538,11 @@ def _selector_pairs(service: ServiceSpec, role: Role) -> dict[str, list[tuple[st
         "gpu": [ns, pod],
         "tgt": [ns, pod],
     }
+
+
+def dynamo_label_namespace(namespace: str) -> str:
+    """The ``dynamo_namespace`` label value Dynamo's runtime writes for a namespace."""
+    return namespace.replace("-", "_")
 
 
 def _selectors(service: ServiceSpec, role: Role) -> dict[str, str]:
@@ -723,7 +731,7 @@ def _known_metrics() -> frozenset[str]:
     for table in tables:
         for expr in table.values():
             names |= _metric_names_of(expr)
-    names |= set(_LIVENESS.values())
+    names |= {metric for metric, _ in _LIVENESS.values()}
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}

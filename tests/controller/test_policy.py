@@ -163,6 +163,23 @@ def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
     assert any("decode's miss" in r for r in reasons)
 
 
+def test_a_ttft_miss_soon_after_a_decode_backlog_is_still_decode_s() -> None:
+    """The recorded TTFT p95 is over 5 minutes: once decode catches up it still carries the
+    waits for decode slots, and prefill must not react to them; after the window it does."""
+    policy = _policy(burst_window_s=0.0)
+    for t in range(0, 120, 15):  # decode backlogged, TTFT high
+        obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
+        obs.pools[KEY_D].signals["queue_depth"] = 500.0  # type: ignore[index]
+        policy.decide(obs)
+    for t in range(120, 400, 15):  # decode caught up; TTFT p95 still high from its waits
+        out = policy.decide(_obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2)))
+        if t < 120 + 300 - 15:
+            assert _desired(out, KEY_P) <= 4, (t, out[KEY_P].reasons)  # no reaction
+            assert any("decode's miss" in r for r in out[KEY_P].reasons)
+    later = policy.decide(_obs(500, prompt=20_000.0, ttft=3.0, ready=(4, 2)))
+    assert _desired(later, KEY_P) == 5  # a miss of prefill's own, well after the backlog
+
+
 def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -> None:
     def decode_capacity(where: str) -> float:
         policy = _policy()

@@ -52,7 +52,9 @@ def test_dynamo_prefill_backlog_comes_from_the_worker_runtime(dynamo: ServiceSpe
     expr = pool_expr(Signal.QUEUE_DEPTH, dynamo, Role.PREFILL)
     assert "dynamo_component_inflight_requests{" in expr
     assert 'dynamo_component="prefill"' in expr
-    assert f'dynamo_namespace="{dynamo.dynamo.namespace}"' in expr  # type: ignore[union-attr]
+    # The runtime writes DYN_NAMESPACE with '-' as '_' (llama-disagg -> llama_disagg).
+    assert dynamo.dynamo is not None and "-" in dynamo.dynamo.namespace
+    assert f'dynamo_namespace="{dynamo.dynamo.namespace.replace("-", "_")}"' in expr
 
 
 def test_vllm_error_ratio_counts_errors_not_aborts() -> None:
