@@ -236,3 +236,66 @@ def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> Non
     thread.join(timeout=30)
     _wait(lambda: any(d.cause != "degraded" for d in _decisions(run)[back:]), 60,
           "decisions on data again", lambda: _summary(run))
+
+
+def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
+        running: Any, tmp_path: Path) -> None:
+    """Prometheus evaluates the generated rules on the stack's own series, Alertmanager
+    routes the critical tier to the controller's webhook, and the reaction's floor scales
+    the prefill pool."""
+    from tests.conftest import free_port
+
+    need_tool("prometheus-alertmanager")
+    api = free_port()
+    token = tmp_path / "token"
+    token.write_text("stack-secret\n")
+    raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
+    raw["alerts"].update({
+        "webhook": {"url": f"http://127.0.0.1:{api}/v1/alerts/alertmanager",
+                    "credentials_file": str(token)},
+        "thresholds": {"queue_backlog": {"warning": {"value": 2, "for": "0s"},
+                                         "critical": {"value": 4, "for": "0s"}}}})
+    raw["reactions"] = {"cooldown": "0s", "auth": {"bearer_token_file": str(token)}, "rules": [
+        {"match": {"alertname": "LLMQueueBacklogHigh", "severity": "critical",
+                   "pdscale_pool": "prefill"},
+         "action": "scale_up", "to": 3, "hold": "10m"}]}
+    run = running(parse_spec(yaml.safe_dump(raw)), alertmanager=True, api_port=api,
+                  alertmanager_overrides={"group_wait": "0s", "group_interval": "2s"})
+    _warm(run)
+    thread, out = _load(run, _trace(12, 30.0, 6000, 4), 30.0)
+    receiver = run.pdscale.receiver
+
+    def acted() -> bool:
+        return any(r.alertname == "LLMQueueBacklogHigh" and r.outcome == "applied"
+                   for r in list(receiver.records))
+
+    _wait(acted, 60, "the critical backlog alert applied by the webhook",
+          lambda: [(r.alertname, r.severity, r.outcome) for r in list(receiver.records)])
+    _wait(lambda: any(d.pool == P and d.desired == 3 and
+                      any("reaction" in r for r in d.reasons) for d in _decisions(run)),
+          20, "the reaction's floor in a decision", lambda: _summary(run))
+    _wait(lambda: run.stack.actuator.read_status(P).desired == 3, 10, "three prefill workers")
+    thread.join(timeout=90)
+    assert out[0].summary["errors"] == 0
+
+
+def test_a_killed_worker_is_replaced_and_no_tick_is_lost(running: Any, tmp_path: Path) -> None:
+    import signal as sig
+
+    run = running(_spec(tmp_path), replicas={Role.PREFILL: 1, Role.DECODE: 2})
+    _warm(run)
+    act = run.stack.actuator
+    victim = act.workers(D)[0]
+    ticks = run.pdscale.reconciler.ticks
+    thread, out = _load(run, _trace(3, 10.0, 32, 20), 10.0)
+    os.kill(victim.pid, sig.SIGKILL)
+    _wait(lambda: any(e[2] == "WorkerExited" and victim.name in e[3] for e in act.events), 15,
+          "the dead worker reported")
+    _wait(lambda: act.read_status(D).ready == 2 and victim.name not in
+          {w.name for w in act.workers(D)}, 30, "a replacement decode worker ready")
+    thread.join(timeout=60)
+    elapsed_ticks = run.pdscale.reconciler.ticks - ticks
+    assert elapsed_ticks >= 3  # the controller kept ticking through it
+    assert not any(e.adapter == "source" for e in list(run.pdscale.reconciler.errors))
+    # Without --migration-limit the dead worker's streams were cut: the client saw them.
+    assert out[0].summary["finished"] + out[0].summary["errors"] == out[0].summary["requests"]
