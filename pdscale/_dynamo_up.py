@@ -26,6 +26,7 @@ from pdscale._servers import (
     alive,
     find_binary,
     free_port,
+    loopback_spec,
     prometheus_argv,
     wait_ready,
     write_rule_files,
@@ -81,16 +82,8 @@ def process_backend(spec: Spec, folder: Path) -> Any:
 def _local_spec(spec: Spec, service: ServiceSpec, folder: Path, urls: dict[str, str]) -> Path:
     """The spec as the local stack runs it: this service alone, the controller reading the
     local Prometheus every 5 s, the webhook at the local controller (loopback, no token)."""
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw["services"] = [s for s in raw["services"] if s["name"] == service.name]
-    raw.pop("gpu_budget", None)
-    raw["controller"].update({"tick": 5, "prometheus": {
-        **raw["controller"]["prometheus"], "url": urls["prometheus"], "history": 3600}})
-    raw["controller"]["leader_election"]["enabled"] = False
-    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
-                                "url": f"{urls['controller']}/v1/alerts/alertmanager"}
-    raw["alerts"]["webhook"].pop("credentials_file", None)
-    raw["reactions"]["auth"] = {}
+    raw = loopback_spec(spec, service.name, prometheus_url=urls["prometheus"],
+                        controller_url=urls["controller"], tick_s=5)
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

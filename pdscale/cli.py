@@ -435,6 +435,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         alertmanager_argv,
         find_binary,
         free_port,
+        loopback_spec,
         prometheus_argv,
         wait_ready,
         write_rule_files,
@@ -468,17 +469,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
              for name in ("simulator", "prometheus", "alertmanager", "controller")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     # One service (the simulator runs one), fast ticks for a sped-up simulation, no Lease.
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw["services"] = raw["services"][:1]
-    raw.pop("gpu_budget", None)
-    raw["controller"].update({"tick": max(1, round(15 / args.speed)),
-                              "prometheus": {**raw["controller"]["prometheus"],
-                                             "url": url["prometheus"], "history": 3600}})
-    raw["controller"]["leader_election"]["enabled"] = False
-    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
-                                "url": f"{url['controller']}/v1/alerts/alertmanager"}
-    raw["alerts"]["webhook"].pop("credentials_file", None)
-    raw["reactions"]["auth"] = {}
+    raw = loopback_spec(spec, spec.services[0].name, prometheus_url=url["prometheus"],
+                        controller_url=url["controller"], tick_s=max(1, round(15 / args.speed)))
     local = folder / "spec.yaml"
     local.write_text(yaml.safe_dump(raw, sort_keys=False))
     local_spec = load_spec(local)
