@@ -287,3 +287,24 @@ def test_a_killed_worker_is_replaced_and_no_tick_is_lost(running: Any, tmp_path:
     assert not any(e.adapter == "source" for e in list(run.pdscale.reconciler.errors))
     # Without --migration-limit the dead worker's streams were cut: the client saw them.
     assert out[0].summary["finished"] + out[0].summary["errors"] == out[0].summary["requests"]
+
+
+def test_the_controller_scales_down_under_load_and_fails_no_request(
+        running: Any, tmp_path: Path) -> None:
+    """Three decode workers for a light, steady load: the controller removes the spare ones
+    (after a short stabilisation) while requests stream; SIGTERM drains them, so the client
+    sees no failed or cut request."""
+    raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
+    raw["controller"].update({"stabilisation": "10s", "burst_window": "10s"})
+    run = running(parse_spec(yaml.safe_dump(raw)), replicas={Role.PREFILL: 1, Role.DECODE: 3})
+    _warm(run)
+    start = len(_decisions(run))
+    thread, out = _load(run, _trace(3, 35.0, 64, 120), 35.0)
+    eventually(lambda: any(d.pool == D and d.desired < d.current and d.outcome == "applied"
+                           for d in _decisions(run)[start:]), 40,
+               "a scale-down of decode under load", lambda: _summary(run))
+    thread.join(timeout=90)
+    summary = out[0].summary
+    assert summary["errors"] == 0, summary["error_kinds"]
+    assert summary["finished"] == summary["requests"] > 50
+    assert run.stack.actuator.read_status(D).desired < 3
