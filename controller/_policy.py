@@ -94,6 +94,11 @@ class PoolPolicyState:
     first_seen_s: float | None = None
 
 
+LATENCY_WINDOW_S = 300.0
+"""The window of the recorded latency percentiles (``..._p95_rate5m``): a latency read now
+still carries the waits of that long ago."""
+
+
 def _backlogged(pool: PoolObservation) -> bool:
     """More than two requests waiting a ready replica."""
     return (pool.signals.get("queue_depth") or 0.0) > 2 * max(pool.replicas.ready, 1)
@@ -124,6 +129,8 @@ class PdscalePolicy:
         self.refit_inline = refit_inline
         self.burst_window_s = burst_window_s
         self.last_forecast: dict[PoolKey, dict[str, object]] = {}
+        self.decode_backlog_at: dict[str, float] = {}
+        """Per service, when its decode pool last had a backlog."""
         self.state: dict[PoolKey, PoolPolicyState] = {}
         for key, model in capacity.items():
             forecaster = None
@@ -269,9 +276,15 @@ class PdscalePolicy:
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
         # TTFT includes the wait for a decode slot: while a service's decode pool has a
-        # backlog, a TTFT miss is decode's, and its prefill pool neither reacts nor learns.
-        decode_backlog = {key[0] for key, pool in observation.pools.items()
-                          if key[1] is Role.DECODE and _backlogged(pool)}
+        # backlog, and for a latency window after it (the recorded p95 still carries those
+        # waits; seen on a real Dynamo stack: TTFT p95 85 s a minute after decode caught up),
+        # a TTFT miss is decode's, and its prefill pool neither reacts nor learns.
+        now = observation.now_s
+        for key, pool in observation.pools.items():
+            if key[1] is Role.DECODE and _backlogged(pool):
+                self.decode_backlog_at[key[0]] = now
+        decode_backlog = {service for service, at in self.decode_backlog_at.items()
+                          if now - at <= LATENCY_WINDOW_S}
         # A request's prompt length is the service's, whichever pool reports it (a decode
         # engine may not count prompt tokens; its KV use and step time depend on them).
         prompt_len: dict[str, float] = {}
@@ -297,7 +310,10 @@ class PdscalePolicy:
         current = r.active
         demand = signals.get(DEMAND_SIGNAL[role])
         hit = signals.get("prefix_cache_hit_ratio") or 0.0
-        if role is Role.PREFILL and demand is not None:
+        computed = signals.get("prompt_tokens_computed_per_s")
+        if role is Role.PREFILL and demand is not None and computed is not None:
+            demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
+        elif role is Role.PREFILL and demand is not None:
             demand = demand * (1 - min(max(hit, 0.0), 0.95))
         if demand is None:
             held = max(r.desired, current)
@@ -318,7 +334,8 @@ class PdscalePolicy:
         if role is Role.PREFILL and decode_backlogged and not backlogged and \
                 latency is not None and latency > st.capacity.slo_s:
             blame_note = (f"{LATENCY_SIGNAL[role]} {latency:.3g}s over the SLO while decode is "
-                          f"backlogged: decode's miss, not prefill's")
+                          f"or was backlogged (within {LATENCY_WINDOW_S:.0f}s): decode's miss, "
+                          "not prefill's")
             latency = None  # no reaction and no learning here
         st.capacity.observe_latency(latency_p95_s=latency,
                                     demand_per_replica=demand / max(r.ready, 1),

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ generates tiered Prometheus alerts (with promtool unit tests) and Grafana dashbo
 _EPILOG = """\
 examples:
   pdscale validate examples/vllm.yaml
+  pdscale check examples/vllm.yaml --prometheus http://localhost:9090
   pdscale generate all examples/vllm.yaml --out out/
   pdscale generate alerts examples/sglang.yaml --out out/alerts
   pdscale signals --engine vllm
@@ -73,7 +75,7 @@ def _profile_problems(spec: Spec) -> list[SpecProblem]:
                 problems.append(SpecProblem(
                     f"services[{i}].pools.{role.value}.profile",
                     "a shipped profile name or the path of a profile YAML file",
-                    repr(pool.profile), str(exc).split(": ", 1)[-1]))
+                    f"unknown profile {pool.profile!r}", str(exc).split(": ", 1)[-1]))
     return problems
 
 
@@ -93,9 +95,54 @@ def _cmd_validate(args: argparse.Namespace) -> int:
               f"thresholds whose tiers a test can tell apart; got {exc}. Fix: widen the gap "
               "between the warning and critical values or `for` durations", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from pdscale._notes import provenance_notes
+
     pools = sum(len(s.pools) for s in spec.services)
     print(f"{args.spec}: valid ({len(spec.services)} service(s), {pools} pool(s))")
+    for note in provenance_notes(spec):
+        print(note)
     return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Live check of every series the alerts, dashboards and controller read (pdscale._check)."""
+    from pdscale._check import check_spec, controller_ready, render_json, render_table
+    from telemetry import PrometheusQueryError, PrometheusUnavailable
+    from telemetry._reader import instant_rows
+
+    spec = _load(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    url = args.prometheus or spec.controller.prometheus.url
+    if not url.startswith(("http://", "https://")):
+        _err(f"--prometheus: expected an http(s) URL such as http://localhost:9090, got {url!r}")
+        return EXIT_BAD_INPUT
+    names = [s.name for s in spec.services]
+    if args.service and args.service not in names:
+        _err(f"--service: no service named {args.service!r}; the spec has {', '.join(names)}")
+        return EXIT_BAD_INPUT
+    try:
+        from controller._runtime import reader_from_spec
+
+        reader = reader_from_spec(spec, url)
+    except (OSError, ValueError) as exc:
+        _err(f"spec.controller.prometheus: {exc}")
+        return EXIT_BAD_INPUT
+    at_s = time.time()
+    try:
+        rows = check_spec(spec, lambda q: instant_rows(reader, q, at_s=at_s), at_s=at_s,
+                          stale_after_s=float(spec.controller.prometheus.stale_after),
+                          services=[args.service] if args.service else None)
+    except PrometheusUnavailable as exc:
+        _err(f"Prometheus at {url} did not answer ({exc}); nothing was checked. Fix: start it, "
+             "or pass the right --prometheus URL")
+        return EXIT_FAILURE
+    except PrometheusQueryError as exc:
+        _err(f"Prometheus at {url} refused the query ({exc}). Fix: check the URL (the API is "
+             "at <url>/api/v1/query) and spec.controller.prometheus credentials")
+        return EXIT_BAD_INPUT
+    print(render_json(rows, url=url, at_s=at_s) if args.json else render_table(rows))
+    return EXIT_OK if controller_ready(rows) else EXIT_FAILURE
 
 
 def _generate(spec: Spec, what: str, source: str, *,
@@ -388,6 +435,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         alertmanager_argv,
         find_binary,
         free_port,
+        loopback_spec,
         prometheus_argv,
         wait_ready,
         write_rule_files,
@@ -421,17 +469,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
              for name in ("simulator", "prometheus", "alertmanager", "controller")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     # One service (the simulator runs one), fast ticks for a sped-up simulation, no Lease.
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw["services"] = raw["services"][:1]
-    raw.pop("gpu_budget", None)
-    raw["controller"].update({"tick": max(1, round(15 / args.speed)),
-                              "prometheus": {**raw["controller"]["prometheus"],
-                                             "url": url["prometheus"], "history": 3600}})
-    raw["controller"]["leader_election"]["enabled"] = False
-    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
-                                "url": f"{url['controller']}/v1/alerts/alertmanager"}
-    raw["alerts"]["webhook"].pop("credentials_file", None)
-    raw["reactions"]["auth"] = {}
+    raw = loopback_spec(spec, spec.services[0].name, prometheus_url=url["prometheus"],
+                        controller_url=url["controller"], tick_s=max(1, round(15 / args.speed)))
     local = folder / "spec.yaml"
     local.write_text(yaml.safe_dump(raw, sort_keys=False))
     local_spec = load_spec(local)
@@ -544,15 +583,15 @@ def _cmd_down(args: argparse.Namespace) -> int:
     state = _up_state(state_file)
     if state is None:
         return EXIT_BAD_INPUT
+    for p in reversed(state["processes"]):  # the controller first: it would replace workers
+        was = alive(p["pid"])
+        _terminate(p["pid"])
+        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
         from simulator._stack import stop_stack
 
         for name in stop_stack(Path(args.dir) / state["dynamo"]):
             print(f"  {name:<12} stopped")
-    for p in reversed(state["processes"]):
-        was = alive(p["pid"])
-        _terminate(p["pid"])
-        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     state_file.unlink()
     return EXIT_OK
 
@@ -577,9 +616,11 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     service = spec.service(prepared.setup.service)
     sim = EventSimulator(prepared.setup, prepared.trace)
     loop = attach_loop(sim, prepared.policy, observation_delay_s=options.observation_delay_s)
-    cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
-                          pod_prefix={r: service.pools[r].target.name for r in Role},
-                          speed=args.speed)
+    try:
+        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_BAD_INPUT
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -808,8 +849,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         serve,
     )
 
+    backend = None
+    if args.dynamo_stack:
+        from pdscale._dynamo_up import StackUpError, process_backend
+
+        try:
+            backend = process_backend(spec, Path(args.dynamo_stack))
+        except StackUpError as exc:
+            _err(str(exc))
+            return EXIT_BAD_INPUT
     try:
-        api = None if args.sim_url else kube_client(args.kubeconfig)
+        api = None if args.sim_url or backend is not None else kube_client(args.kubeconfig)
     except KubeConfigError as exc:
         _err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
              "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
@@ -824,7 +874,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["identity"] = args.identity
     controller = Controller(spec, api, reader, dry_run=True if args.dry_run else None,
                             leader_election=False if args.no_leader_election else None,
-                            sim_url=args.sim_url, **kwargs)
+                            sim_url=args.sim_url, backend=backend, **kwargs)
     host, port = args.listen
     busy = _port_busy(host, port)
     if busy:
@@ -838,7 +888,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
           f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
-    stopped_by = serve(controller, host, port, log_level=args.log_level)
+    supervise = threading.Event()
+    if backend is not None:  # between ticks the actuator reaps, replaces and probes workers
+        threading.Thread(target=backend.run, args=(supervise, 1.0), name="pdscale-workers",
+                         daemon=True).start()
+    try:
+        stopped_by = serve(controller, host, port, log_level=args.log_level)
+    finally:
+        supervise.set()
     print("pdscale: stopped" + (f" ({stopped_by})" if stopped_by else ""), file=sys.stderr)
     return EXIT_OK
 
@@ -923,6 +980,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus-url", default="http://prometheus-operated.monitoring.svc:9090",
                    help="recommend: the Prometheus KEDA queries")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser(
+        "check", help="check every series the alerts, dashboards and controller read against "
+                      "a live Prometheus",
+        description="For every service, pool and signal: does each series exist, how many "
+                    "pods report it, how old is it, does the SLO's bucket exist; where a "
+                    "selector matches nothing, which matcher removed it and how to fix it. "
+                    "Exit 0 when everything the controller needs is present, 1 otherwise, 2 "
+                    "for bad input.")
+    p.add_argument("spec")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="default: spec.controller.prometheus.url")
+    p.add_argument("--service", help="check one service only")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("signals", help="list the signals each engine provides",
                        description="List the catalog: each engine's signals per pool role, "
@@ -1022,7 +1094,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",
-                   help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
+                   help="run in scaled real time, serving /metrics (the spec's engine and DCGM, "
+                        "as their releases export them) "
                         "and POST /scale until the trace ends or Ctrl-C")
     p.add_argument("--speed", type=_POSITIVE, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")
@@ -1109,6 +1182,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="act without a Lease (one replica only)")
     p.add_argument("--sim-url", help="drive the simulator's live mode at this URL instead of "
                                      "Kubernetes (what pdscale up does)")
+    p.add_argument("--dynamo-stack", metavar="DIR",
+                   help="scale the worker processes of a loopback Dynamo stack (the folder "
+                        "`pdscale up --engine dynamo` keeps them in) instead of Kubernetes")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_run)

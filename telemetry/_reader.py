@@ -237,6 +237,21 @@ def _chunks(start_s: float, end_s: float, step_s: float) -> Iterable[tuple[float
         lo = hi
 
 
+def instant_rows(reader: PrometheusReader, query: str, *,
+                 at_s: float) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every row of one instant query at ``at_s``, for diagnostics such as
+    ``pdscale check``; errors as :meth:`PrometheusReader.read` raises them."""
+    client = reader.client()
+    params = {"time": f"{at_s:.3f}"}
+
+    def instant() -> Any:
+        return client.custom_query(query, params=params)
+
+    rows = reader._call(instant)
+    return [({str(k): str(v) for k, v in row["metric"].items()}, float(row["value"][1]))
+            for row in rows]
+
+
 # -- per-pod work (scale-down drain) ------------------------------------------------------------
 
 POD_WORK_SIGNALS: dict[str, Signal] = {
@@ -291,16 +306,9 @@ def read_pod_work(reader: PrometheusReader, service: ServiceSpec, role: Role, *,
     query = pod_work_query(service, role)
     if query is None:
         return {}
-    client = reader.client()
-
-    def instant() -> Any:
-        return client.custom_query(query, params={"time": f"{at_s:.3f}"})
-
     seen: dict[str, dict[str, float]] = {}
-    for row in reader._call(instant):
-        labels = row["metric"]
+    for labels, value in instant_rows(reader, query, at_s=at_s):
         pod, name = labels.get("pod"), labels.get(_POD_TAG)
-        value = float(row["value"][1])
         if pod is None or name is None or not math.isfinite(value):
             continue
         seen.setdefault(pod, {})[name] = value

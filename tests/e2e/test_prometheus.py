@@ -38,10 +38,14 @@ def _targets(spec: Spec, address: str) -> list[dict[str, Any]]:
             if service.engine in (Engine.VLLM, Engine.SGLANG):
                 series["model_name"] = service.model_name
             if service.engine is Engine.DYNAMO:
+                # As Dynamo 1.6.1 exports them: a prefill worker has only the runtime's
+                # dynamo_component_* series, a decode worker re-exports its backend's.
                 assert service.dynamo is not None
-                engine = service.dynamo.backend
-                if pool.selector.dynamo_component:
-                    series["dynamo_component"] = pool.selector.dynamo_component
+                engine = service.dynamo.backend if role is Role.DECODE else "dynamo_worker"
+                series = {"model_name": service.model_name,
+                          "dynamo_namespace": service.dynamo.namespace,
+                          "dynamo_component": pool.selector.dynamo_component or "prefill",
+                          "dynamo_endpoint": "generate"}
             configs.append({"targets": [address], "labels": {
                 "namespace": service.namespace, "pod": _regex_sample(pool.pod_regex),
                 "__param_engine": engine, "__param_labels": json.dumps(series)}})
@@ -50,7 +54,7 @@ def _targets(spec: Spec, address: str) -> list[dict[str, Any]]:
             configs.append({"targets": [address], "labels": {
                 "namespace": service.namespace, "pod": f"{service.name}-frontend-0",
                 "__param_engine": "dynamo",
-                "__param_labels": json.dumps({"dynamo_namespace": service.dynamo.namespace})}})
+                "__param_labels": json.dumps({"model": service.model_name})}})
     return configs
 
 
