@@ -70,9 +70,12 @@ def process_backend(spec: Spec, folder: Path) -> Any:
     except StackError as exc:
         raise StackUpError(str(exc)) from exc
     stack = DynamoStack(service, folder, python=python)
+    # With scale-down drains, a stopped worker may drain for the spec's timeout before SIGKILL.
+    drain = spec.controller.drain
     actuator = ProcessActuator(stack.worker_templates(python), state_file=stack.workers_file,
                                targets_dir=stack.targets_dir, ports=stack.ports,
-                               kill_after_s=stack.kill_after_s)
+                               kill_after_s=float(drain.timeout) if drain.enabled
+                               else stack.kill_after_s)
     if actuator.adopt() == 0:
         raise StackUpError(f"no running worker recorded in {stack.workers_file}: the stack is "
                            "down; pdscale down, then pdscale up --engine dynamo")
