@@ -160,7 +160,7 @@ def test_a_prompt_heavy_step_scales_prefill_not_decode(running: Any, tmp_path: P
     start = len(_decisions(run))
     # 12 requests/s of 6,000-token prompts: one prefill worker serves about 8 (the mocker's
     # 123 ms a prompt), decode sees 4 tokens a request.
-    thread, out = _load(run, _trace(12, 40.0, 6000, 4), 40.0)
+    thread, out = _load(run, _trace(12, 25.0, 6000, 4), 25.0)
     eventually(lambda: any(d.pool == P and d.desired >= 2 for d in _decisions(run)[start:]), 60,
           "prefill scaled up", lambda: _summary(run))
     # The new worker takes requests once its cold start (4 s) has passed.
@@ -250,7 +250,7 @@ def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
     run = running(parse_spec(yaml.safe_dump(raw)), alertmanager=True, api_port=api,
                   alertmanager_overrides={"group_wait": "0s", "group_interval": "2s"})
     _warm(run)
-    thread, out = _load(run, _trace(12, 30.0, 6000, 4), 30.0)
+    thread, out = _load(run, _trace(12, 20.0, 6000, 4), 20.0)
     receiver = run.pdscale.receiver
 
     def acted() -> bool:
@@ -299,7 +299,7 @@ def test_the_controller_scales_down_under_load_and_fails_no_request(
     run = running(parse_spec(yaml.safe_dump(raw)), replicas={Role.PREFILL: 1, Role.DECODE: 3})
     _warm(run)
     start = len(_decisions(run))
-    thread, out = _load(run, _trace(3, 35.0, 64, 120), 35.0)
+    thread, out = _load(run, _trace(3, 25.0, 64, 120), 25.0)
     eventually(lambda: any(d.pool == D and d.desired < d.current and d.outcome == "applied"
                            for d in _decisions(run)[start:]), 40,
                "a scale-down of decode under load", lambda: _summary(run))
