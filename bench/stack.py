@@ -76,6 +76,10 @@ BIN_S = 30.0
 MAX_PROMPT_TOKENS = 60000
 """Prompts are clipped to this for the stack and the simulator alike (the tiny model's
 context is 65,536 tokens)."""
+MAX_CLIENT_DELAY_S = 1.0
+"""A run whose client sent a request later than this after its arrival time was starved of
+CPU by the shared machine (a stall of the whole process): its latencies are the machine's,
+not the stack's. It is shown, marked, and left out of the targets."""
 SIM_TICK_S = 5.0
 """The simulator's tick when it replays the stack's replica schedule (a change applies at the
 next tick: at most this late)."""
@@ -500,6 +504,13 @@ def run_row(*, trace: str, policy: str, cold_start_s: float, window: Mapping[str
     }
 
 
+def compact_samples(samples: Sequence[Mapping[str, float]]) -> dict[str, list[float | None]]:
+    """The monitor's samples as columns, rounded (the load beside the timeline)."""
+    keys = sorted({k for s in samples for k in s})
+    return {k: [None if s.get(k) is None else round(float(s[k]), 2) for s in samples]
+            for k in keys}
+
+
 def fidelity(stack: Mapping[str, Any], sim: Mapping[str, Any]) -> dict[str, Any]:
     """Simulator against stack on one window and schedule: relative TTFT p50/p90 gaps
     (target within 25 %) and the attainment gap in points (target within 2)."""
@@ -521,11 +532,12 @@ def fidelity(stack: Mapping[str, Any], sim: Mapping[str, Any]) -> dict[str, Any]
 def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per trace and cold start with a pdscale run: its attainment (target >= 99 %) and its
     worker-hours against the smallest (fewest worker-hours) static allocation that reached
-    99 % (target: fewer)."""
+    99 % (target: fewer). Runs with a starved client are left out."""
     out = []
     groups = dict.fromkeys((r["trace"], r["cold_start_s"]) for r in rows)
     for trace, cold in groups:
-        group = [r for r in rows if r["trace"] == trace and r["cold_start_s"] == cold]
+        group = [r for r in rows if r["trace"] == trace and r["cold_start_s"] == cold
+                 and not starved(r)]
         p = next((r for r in group if r["policy"] == "pdscale"), None)
         if p is None:
             continue
@@ -543,6 +555,12 @@ def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "statics_tried": [f"{r['policy']} {r['slo_attainment']:.1%}" for r in statics],
             "cheaper_ok": cheaper, "met": attain_ok and cheaper})
     return out
+
+
+def starved(row: Mapping[str, Any]) -> bool:
+    """Whether the client fell behind the trace by more than MAX_CLIENT_DELAY_S."""
+    delay = row.get("client_delay_max_s")
+    return delay is None or delay > MAX_CLIENT_DELAY_S
 
 
 # -- tables (pure) ---------------------------------------------------------------------------
@@ -569,8 +587,11 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
             stack_cpu = None
             if cpu.get("frontend_pct_mean") is not None:
                 stack_cpu = cpu["frontend_pct_mean"] + (cpu.get("workers_pct_mean") or 0.0)
+            mark = f" (client starved {r['client_delay_max_s']:.0f} s: not counted)" \
+                if starved(r) else ""
             lines.append(
-                f"| {r['policy']} | {r['slo_attainment']:.2%} | {r['ttft_attainment']:.2%} | "
+                f"| {r['policy']}{mark} | {r['slo_attainment']:.2%} | "
+                f"{r['ttft_attainment']:.2%} | "
                 f"{r['itl_attainment']:.2%} | {_f(r['worker_hours'], '.3f')} | "
                 f"{_f(r['mean_prefill'], '.2f')} | {_f(r['mean_decode'], '.2f')} | "
                 f"{r['peak_prefill']}+{r['peak_decode']} | {_f(r['ttft_p50_s'], '.3f')} / "
@@ -887,6 +908,7 @@ def run_on_stack(name: str, trace: Any, choice: PolicyChoice, cold_start_s: floa
     row["schedule"] = {"prefill": [list(p) for p in schedule.prefill],
                        "decode": [list(p) for p in schedule.decode]}
     row["notes"] = list(result.summary.get("notes", []))
+    row["cpu_samples"] = compact_samples(monitor.samples)
     return row
 
 

@@ -187,6 +187,7 @@ def _row(policy: str, attainment: float, wh: float, **kw: Any) -> dict[str, Any]
                                                      "peak_replicas": 1}}}
     window = {"start_min": 9.0, "minutes": 12.0, "scale": 1.5, "slo_ttft_s": 0.47,
               "slo_itl_s": 0.064}
+    summary["client_delay_max_s"] = 0.2
     row: dict[str, Any] = S.run_row(trace=kw.get("trace", "azure"), policy=policy,
                                     cold_start_s=kw.get("cold", 60.0), window=window,
                                     summary=summary, ttft_p90_s=0.2,
@@ -209,6 +210,19 @@ def test_targets_compare_pdscale_with_the_smallest_static_that_reaches_99() -> N
     (check,) = S.targets([_row("pdscale", 0.995, 0.4), _row("static:1+1", 0.9, 0.4)])
     assert check["smallest_static"] is None and not check["met"]
     assert "none reached 99 %" in S.targets_table([check])
+
+
+def test_a_run_whose_client_fell_behind_is_marked_and_not_counted() -> None:
+    rows = [_row("pdscale", 0.995, 0.40), _row("static:2+1", 0.999, 0.60),
+            _row("static:3+1", 0.999, 0.50)]
+    rows[2]["client_delay_max_s"] = 122.0
+    (check,) = S.targets(rows)
+    assert check["smallest_static"] == "static:2+1"
+    assert check["statics_tried"] == ["static:2+1 99.9%"]
+    assert "static:3+1 (client starved 122 s: not counted)" in S.table(rows)
+    columns = S.compact_samples([{"t_s": 5.0, "load1": 2.345}, {"t_s": 10.0}])
+    assert columns["t_s"] == [5.0, 10.0]
+    assert columns["load1"] == [2.35, None]
 
 
 def test_fidelity_is_relative_for_ttft_and_in_points_for_attainment() -> None:
