@@ -972,7 +972,8 @@ def plots(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
             if not group:
                 continue
             suffix = f"{trace}" if cold == 60.0 else f"{trace}-{cold:g}s"
-            fig, axes = plt.subplots(3, 1, figsize=(10, 7.5), sharex=True)
+            fig, axes = plt.subplots(4, 1, figsize=(10, 9), sharex=True,
+                                     gridspec_kw={"height_ratios": [3, 3, 3, 1.6]})
             first = group[0]["timeline"]
             minutes = [t / 60 for t in first["t_s"]]
             axes[0].step(minutes, first["arrivals_rps"], where="post", color="tab:gray")
@@ -983,15 +984,21 @@ def plots(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
             ax2.set_ylabel("prompt k-tokens/s", color="tab:orange")
             for i, r in enumerate(group):
                 tl = r["timeline"]
-                for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
+                load = r.get("cpu_samples") or {}
+                if load.get("t_s"):
+                    axes[3].plot([t / 60 for t in load["t_s"]], load["load1"], color=f"C{i}",
+                                 lw=1, label=r["policy"])
+                for ax, role in zip(axes[1:3], ("prefill", "decode"), strict=True):
                     ys = [math.nan if v is None else v for v in tl[role]]
                     ax.step(minutes, ys, where="post", color=f"C{i}", lw=1.2,
                             label=f"{r['policy']} ({r['slo_attainment']:.1%}, "
                             f"{r['worker_hours']:.2f} wh)")
-            for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
+            for ax, role in zip(axes[1:3], ("prefill", "decode"), strict=True):
                 ax.set_ylabel(f"{role} workers")
                 ax.legend(loc="upper left", fontsize=7)
                 ax.grid(alpha=0.3)
+            axes[3].set_ylabel("machine load\n(1 min, 2 cores)", fontsize=8)
+            axes[3].grid(alpha=0.3)
             axes[-1].set_xlabel("minutes into the window")
             axes[0].set_title(f"{trace}, cold start {cold:g} s: worker processes (starting "
                               "included) against the load, real Dynamo stack")
