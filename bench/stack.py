@@ -215,6 +215,7 @@ class BenchOptions:
     simulate: bool = True
     merge: bool = False
     keep: bool = False
+    resimulate: bool = False
     out: Path = RESULTS
     seed: int = 0
     command: str = ""
@@ -250,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep the rows of an earlier stack.json that this run does not "
                         "redo (runs can then be spread over several invocations)")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (logs)")
+    parser.add_argument("--resimulate", action="store_true",
+                        help="start no stack: redo the simulator's side of the runs recorded "
+                        "in stack.json and rewrite the results")
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1,
@@ -295,7 +299,8 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
                         start_min={t: starts[t] for t in traces},
                         scale={t: scale[t] for t in traces}, max_replicas=args.max_replicas,
                         speedup=args.speedup, simulate=args.simulate, merge=args.merge,
-                        keep=args.keep, out=Path(args.out), seed=args.seed,
+                        keep=args.keep, resimulate=args.resimulate, out=Path(args.out),
+                        seed=args.seed,
                         command="bench/stack.py " + " ".join(argv))
 
 
@@ -604,8 +609,9 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Stack against simulator per run (same window, same replica schedule)."""
     lines = ["| trace | cold s | policy | TTFT p50 stack / sim s | TTFT p90 stack / sim s | "
-             "attainment stack / sim | within 25 % (p50, p90) | within 2 points |",
-             "|---|---|---|---|---|---|---|---|"]
+             "attainment stack / sim | within 25 % (p50, p90) | within 2 points | "
+             "simulator under the policy itself: attainment, worker-hours (stack's) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sim = r.get("sim")
         if not sim:
@@ -622,8 +628,17 @@ def comparison_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{r['slo_attainment']:.2%} / {sim['slo_attainment']:.2%} | "
             f"{_f(fid['ttft_p50_rel'], '+.0%')} {mark(fid['ttft_p50_ok'])}, "
             f"{_f(fid['ttft_p90_rel'], '+.0%')} {mark(fid['ttft_p90_ok'])} | "
-            f"{fid['attainment_points']:+.1f} {mark(fid['attainment_ok'])} |")
+            f"{fid['attainment_points']:+.1f} {mark(fid['attainment_ok'])} | "
+            f"{own_policy(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def own_policy(row: Mapping[str, Any]) -> str:
+    own = row.get("sim_policy")
+    if not own:
+        return "n/a"
+    return (f"{own['slo_attainment']:.2%}, {own['gpu_hours']:.3f} "
+            f"({row['slo_attainment']:.2%}, {row['worker_hours']:.3f})")
 
 
 def targets_table(checks: Sequence[Mapping[str, Any]]) -> str:
@@ -893,6 +908,7 @@ def run_on_stack(name: str, trace: Any, choice: PolicyChoice, cold_start_s: floa
                   window={"start_min": opts.start_min[name], "minutes": opts.minutes,
                           "scale": opts.scale[name], "slo_ttft_s": window.ttft_slo_s,
                           "slo_itl_s": window.itl_slo_s, "speedup": opts.speedup,
+                          "seed": opts.seed,
                           "initial": {r.value: n for r, n in initial.items()}},
                   summary=result.summary, ttft_p90_s=pct(ttfts, 90), cpu=cpu)
     row["timeline"] = timeline(
@@ -952,6 +968,46 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
     out["fidelity"] = fidelity(row, out)
     out["replayed"] = "the stack's replica schedule (applied decisions), cold start " \
         f"{row['cold_start_s']:g} s, tick {SIM_TICK_S:g} s"
+    return out
+
+
+def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] | None:
+    """The window through ``simulator.simulate`` (what ``pdscale simulate`` runs) under the
+    run's own policy rather than its schedule: pdscale's policy, or the simulator's HPA-like
+    baseline (on its busy share), started at the same sizes. None for a static run."""
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    if row["policy"] not in ("pdscale", "reactive"):
+        return None
+    options = SimOptions(trace=str(SHARED / TRACES[row["trace"]].file), mode="event",
+                         policy=row["policy"], start_s=float(row["start_min"]) * 60,
+                         duration_s=float(row["minutes"]) * 60, scale=float(row["scale"]),
+                         cold_start_s=float(row["cold_start_s"]), seed=int(row.get("seed", 0)))
+    result, _ = simulate(load_spec(spec_path), options)
+    s = result.summary
+    return {k: s[k] for k in ("slo_attainment", "ttft_p50_s", "ttft_p95_s", "gpu_hours")} | {
+        "peak_prefill": s["pools"]["prefill"]["peak_replicas"],
+        "mean_prefill": s["pools"]["prefill"]["mean_replicas"],
+        "scale_actions": s["scale_actions"]}
+
+
+def resimulate(rows: Sequence[Mapping[str, Any]], opts: BenchOptions, folder: Path
+               ) -> list[dict[str, Any]]:
+    """The simulator's side again for recorded stack runs (after a change to the simulator or
+    the profile), with no stack started."""
+    out = []
+    for row in rows:
+        new = dict(row)
+        trace = load_window(row["trace"], float(row["start_min"]), float(row["minutes"]),
+                            float(row["scale"]), int(row.get("seed", opts.seed)))
+        spec_path = write_spec(folder / f"{row['trace']}-{row['cold_start_s']:g}",
+                               TRACES[row["trace"]], cold_start_s=float(row["cold_start_s"]),
+                               max_replicas=opts.max_replicas,
+                               speedup=float(row.get("speedup", 1.0)))
+        new["sim"] = simulate_run(new, trace, spec_path)
+        new["sim_policy"] = simulate_policy(new, spec_path)
+        out.append(new)
     return out
 
 
@@ -1057,6 +1113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench/stack.py needs the shared traces in {SHARED}", file=sys.stderr)
         return 1
     _stop_on_sigterm()
+    if opts.resimulate:
+        path = opts.out / "stack.json"
+        if not path.is_file():
+            print(f"--resimulate needs the runs recorded in {path}", file=sys.stderr)
+            return 1
+        with tempfile.TemporaryDirectory(prefix="pdscale-stackbench-sim-") as tmp:
+            rows = resimulate(json.loads(path.read_text())["rows"], opts, Path(tmp))
+        return write_results(rows, dataclasses.replace(opts, merge=True))
     runs = [(t, c, p) for t in opts.traces for c in opts.cold_starts_s for p in opts.policies]
     print(f"{len(runs)} real-time runs of {opts.minutes:g} minutes each (about "
           f"{len(runs) * (opts.minutes + 1.5):.0f} minutes)", file=sys.stderr)
@@ -1074,6 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = run_on_stack(name, trace, choice, cold, opts, folder)
             if opts.simulate:
                 row["sim"] = simulate_run(row, trace, folder / "spec.yaml")
+                row["sim_policy"] = simulate_policy(row, folder / "spec.yaml")
             rows.append(row)
             print(f"    {row['slo_attainment']:.2%} within the SLO, "
                   f"{row['worker_hours']:.3f} worker-hours, TTFT p50/p90 "

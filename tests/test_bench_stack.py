@@ -246,7 +246,9 @@ def test_tables_render_every_run() -> None:
         in text
     assert "| pdscale | 99.50% |" in text and "| static:2+1 | 99.20% |" in text
     assert "2.5 (max 3.0) | 50 |" in text
+    rows[0]["sim_policy"] = {"slo_attainment": 0.98, "gpu_hours": 0.5}
     comparison = S.comparison_table(rows)
+    assert "| 98.00%, 0.500 (99.50%, 0.400) |" in comparison
     assert comparison.count("\n") == 3  # header, rule, the one run with a simulation
     assert "0.100 / 0.110" in comparison and "+10% yes" in comparison
     assert "+25% **no**" not in comparison
@@ -261,6 +263,11 @@ def test_merge_keeps_old_rows_not_redone_in_a_stable_order() -> None:
         ("azure", "pdscale"), ("azure", "reactive"), ("azure", "static:1+1"),
         ("mooncake", "pdscale")]
     assert rows[0]["slo_attainment"] == 0.995
+
+
+def test_resimulate_is_an_option_that_starts_no_stack() -> None:
+    assert S.parse_args(["--resimulate"]).resimulate
+    assert not S.parse_args([]).resimulate
 
 
 def test_the_spec_and_profile_of_a_run(tmp_path: Any) -> None:
