@@ -111,7 +111,7 @@ TRACES: dict[str, TraceWindow] = {
 """Dynamo's default TTFT buckets (..., 0.47, 1, 2.2, 4.7, ...) and ITL buckets (..., 0.064,
 ...): the SLOs sit on boundaries. Mooncake's prompts are long: a 60k-token prompt (2 % of the
 window, clipped there) takes the mocker 2.4 s to prefill, so at the 2.2 s boundary no
-allocation reaches 99 % (the simulator's ceiling is 96-97 % at any size): its TTFT SLO is the
+allocation reaches 99 % (the simulator's ceiling is about 97 % at any size): its TTFT SLO is the
 next boundary, 4.7 s."""
 
 SPEC = """
