@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -434,6 +435,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         alertmanager_argv,
         find_binary,
         free_port,
+        loopback_spec,
         prometheus_argv,
         wait_ready,
         write_rule_files,
@@ -467,17 +469,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
              for name in ("simulator", "prometheus", "alertmanager", "controller")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     # One service (the simulator runs one), fast ticks for a sped-up simulation, no Lease.
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw["services"] = raw["services"][:1]
-    raw.pop("gpu_budget", None)
-    raw["controller"].update({"tick": max(1, round(15 / args.speed)),
-                              "prometheus": {**raw["controller"]["prometheus"],
-                                             "url": url["prometheus"], "history": 3600}})
-    raw["controller"]["leader_election"]["enabled"] = False
-    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
-                                "url": f"{url['controller']}/v1/alerts/alertmanager"}
-    raw["alerts"]["webhook"].pop("credentials_file", None)
-    raw["reactions"]["auth"] = {}
+    raw = loopback_spec(spec, spec.services[0].name, prometheus_url=url["prometheus"],
+                        controller_url=url["controller"], tick_s=max(1, round(15 / args.speed)))
     local = folder / "spec.yaml"
     local.write_text(yaml.safe_dump(raw, sort_keys=False))
     local_spec = load_spec(local)
@@ -590,15 +583,15 @@ def _cmd_down(args: argparse.Namespace) -> int:
     state = _up_state(state_file)
     if state is None:
         return EXIT_BAD_INPUT
+    for p in reversed(state["processes"]):  # the controller first: it would replace workers
+        was = alive(p["pid"])
+        _terminate(p["pid"])
+        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
         from simulator._stack import stop_stack
 
         for name in stop_stack(Path(args.dir) / state["dynamo"]):
             print(f"  {name:<12} stopped")
-    for p in reversed(state["processes"]):
-        was = alive(p["pid"])
-        _terminate(p["pid"])
-        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     state_file.unlink()
     return EXIT_OK
 
@@ -856,8 +849,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         serve,
     )
 
+    backend = None
+    if args.dynamo_stack:
+        from pdscale._dynamo_up import StackUpError, process_backend
+
+        try:
+            backend = process_backend(spec, Path(args.dynamo_stack))
+        except StackUpError as exc:
+            _err(str(exc))
+            return EXIT_BAD_INPUT
     try:
-        api = None if args.sim_url else kube_client(args.kubeconfig)
+        api = None if args.sim_url or backend is not None else kube_client(args.kubeconfig)
     except KubeConfigError as exc:
         _err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
              "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
@@ -872,7 +874,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["identity"] = args.identity
     controller = Controller(spec, api, reader, dry_run=True if args.dry_run else None,
                             leader_election=False if args.no_leader_election else None,
-                            sim_url=args.sim_url, **kwargs)
+                            sim_url=args.sim_url, backend=backend, **kwargs)
     host, port = args.listen
     busy = _port_busy(host, port)
     if busy:
@@ -886,7 +888,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
           f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
-    stopped_by = serve(controller, host, port, log_level=args.log_level)
+    supervise = threading.Event()
+    if backend is not None:  # between ticks the actuator reaps, replaces and probes workers
+        threading.Thread(target=backend.run, args=(supervise, 1.0), name="pdscale-workers",
+                         daemon=True).start()
+    try:
+        stopped_by = serve(controller, host, port, log_level=args.log_level)
+    finally:
+        supervise.set()
     print("pdscale: stopped" + (f" ({stopped_by})" if stopped_by else ""), file=sys.stderr)
     return EXIT_OK
 
@@ -1173,6 +1182,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="act without a Lease (one replica only)")
     p.add_argument("--sim-url", help="drive the simulator's live mode at this URL instead of "
                                      "Kubernetes (what pdscale up does)")
+    p.add_argument("--dynamo-stack", metavar="DIR",
+                   help="scale the worker processes of a loopback Dynamo stack (the folder "
+                        "`pdscale up --engine dynamo` keeps them in) instead of Kubernetes")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_run)

@@ -553,9 +553,16 @@ def _default_reactions() -> tuple[ReactionRule, ...]:
                                "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
                                ".*SLOBudgetBurn"},
                      action=ReactionAction.SCALE_UP, step=2, hold=900),
+        # Missing inputs of the controller (latency, queue, tokens) hold; a missing group it
+        # does not read (kv, errors, gpu: a cluster without DCGM has no gpu group) only pages.
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent", "severity": "critical"},
+                     match_re={"signal_group": "latency|queue|tokens"},
+                     action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent"},
+                     action=ReactionAction.NOTIFY_ONLY),
         ReactionRule(match={"severity": "critical"},
-                     match_re={"alertname": "LLMPoolTargetDown|LLMPoolMetricsAbsent|"
-                               "PDScaleControlPlaneDegraded|LLMErrorRateHigh"},
+                     match_re={"alertname": "LLMPoolTargetDown|PDScaleControlPlaneDegraded|"
+                               "LLMErrorRateHigh"},
                      action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
     )
 

@@ -175,6 +175,21 @@ def alertmanager(config: dict[str, Any], workdir: Path, port: int,
         yield url
 
 
+def eventually(check: Any, timeout_s: float = 30.0, what: str = "the condition",
+               detail: Any = None, poll_s: float = 0.25) -> Any:
+    """Poll ``check`` until it returns something truthy (returned); fail after ``timeout_s``
+    naming ``what`` and, if given, ``detail()`` (the state that explains the failure)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f}s: {what}"
+                                 + (f"; {detail()}" if detail else ""))
+        time.sleep(poll_s)
+
+
 def api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
     query = "?" + urllib.parse.urlencode(params) if params else ""
     with urllib.request.urlopen(f"{url}{path}{query}", timeout=10) as resp:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from simulator._replay import ReplayOptions, ReplayResult, replay, vocabulary_fr
 from simulator._stack import DynamoNotInstalled, dynamo_python
 from simulator._trace import Trace
 from tests.conftest import ROOT, need_tool
+from tests.e2e.prom import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -122,18 +122,6 @@ def _decisions(run: StackRun) -> list[Any]:
     return list(run.pdscale.reconciler.decisions)
 
 
-def _wait(check: Any, timeout_s: float, what: str, detail: Any = None) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f}s: {what}"
-                                 + (f"; {detail()}" if detail else ""))
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def running(python: Path, tmp_path: Path) -> Iterator[Any]:
     runs: list[StackRun] = []
@@ -157,7 +145,7 @@ def _warm(run: StackRun) -> None:
         rows = {(d.pool, d.cause) for d in _decisions(run)[-6:]}
         return all(any(p == key and c != "degraded" for p, c in rows) for key in (P, D))
 
-    _wait(both_decided, 45, "decisions on fresh data for both pools",
+    eventually(both_decided, 45, "decisions on fresh data for both pools",
           lambda: [(d.pool[1].value, d.cause, d.reasons[-1:]) for d in _decisions(run)[-4:]])
 
 
@@ -172,11 +160,11 @@ def test_a_prompt_heavy_step_scales_prefill_not_decode(running: Any, tmp_path: P
     start = len(_decisions(run))
     # 12 requests/s of 6,000-token prompts: one prefill worker serves about 8 (the mocker's
     # 123 ms a prompt), decode sees 4 tokens a request.
-    thread, out = _load(run, _trace(12, 40.0, 6000, 4), 40.0)
-    _wait(lambda: any(d.pool == P and d.desired >= 2 for d in _decisions(run)[start:]), 60,
+    thread, out = _load(run, _trace(12, 25.0, 6000, 4), 25.0)
+    eventually(lambda: any(d.pool == P and d.desired >= 2 for d in _decisions(run)[start:]), 60,
           "prefill scaled up", lambda: _summary(run))
     # The new worker takes requests once its cold start (4 s) has passed.
-    _wait(lambda: run.stack.actuator.read_status(P).ready >= 2, 30, "a second prefill worker")
+    eventually(lambda: run.stack.actuator.read_status(P).ready >= 2, 30, "a second prefill worker")
     thread.join(timeout=90)
     decode = [d.desired for d in _decisions(run)[start:] if d.pool == D]
     assert decode and max(decode) == 1, _summary(run)
@@ -195,7 +183,7 @@ def test_a_decode_heavy_step_scales_decode_not_prefill(running: Any, tmp_path: P
     start = len(_decisions(run))
     # 4 requests/s of 400-token outputs: one decode worker holds about 6 (KV) at ~2.5 s each.
     thread, out = _load(run, _trace(4, 20.0, 64, 400), 20.0)
-    _wait(lambda: any(d.pool == D and d.desired >= 2 for d in _decisions(run)[start:]), 60,
+    eventually(lambda: any(d.pool == D and d.desired >= 2 for d in _decisions(run)[start:]), 60,
           "decode scaled up", lambda: _summary(run))
     thread.join(timeout=120)
     prefill = [d.desired for d in _decisions(run)[start:] if d.pool == P]
@@ -217,7 +205,7 @@ def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Pat
     def checked() -> bool:
         return main(["check", str(spec_file), "--prometheus", run.prometheus_url]) == 0
 
-    _wait(checked, 40, "pdscale check exits 0 against the real stack")
+    eventually(checked, 40, "pdscale check exits 0 against the real stack")
 
 
 def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> None:
@@ -225,7 +213,7 @@ def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> Non
     _warm(run)
     run.kill_prometheus()
     blind = len(_decisions(run))
-    _wait(lambda: sum(1 for d in _decisions(run)[blind:] if d.pool == P) >= 3, 30,
+    eventually(lambda: sum(1 for d in _decisions(run)[blind:] if d.pool == P) >= 3, 30,
           "ticks while Prometheus is down")
     rows = _decisions(run)[blind:]
     assert all(d.cause == "degraded" and d.desired >= d.current for d in rows), _summary(run)
@@ -234,5 +222,89 @@ def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> Non
     back = len(_decisions(run))
     thread, _ = _load(run, _trace(4, 3.0, 32, 8), 3.5)
     thread.join(timeout=30)
-    _wait(lambda: any(d.cause != "degraded" for d in _decisions(run)[back:]), 60,
+    eventually(lambda: any(d.cause != "degraded" for d in _decisions(run)[back:]), 60,
           "decisions on data again", lambda: _summary(run))
+
+
+def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
+        running: Any, tmp_path: Path) -> None:
+    """Prometheus evaluates the generated rules on the stack's own series, Alertmanager
+    routes the critical tier to the controller's webhook, and the reaction's floor scales
+    the prefill pool."""
+    from tests.conftest import free_port
+
+    need_tool("prometheus-alertmanager")
+    api = free_port()
+    token = tmp_path / "token"
+    token.write_text("stack-secret\n")
+    raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
+    raw["alerts"].update({
+        "webhook": {"url": f"http://127.0.0.1:{api}/v1/alerts/alertmanager",
+                    "credentials_file": str(token)},
+        "thresholds": {"queue_backlog": {"warning": {"value": 2, "for": "0s"},
+                                         "critical": {"value": 4, "for": "0s"}}}})
+    raw["reactions"] = {"cooldown": "0s", "auth": {"bearer_token_file": str(token)}, "rules": [
+        {"match": {"alertname": "LLMQueueBacklogHigh", "severity": "critical",
+                   "pdscale_pool": "prefill"},
+         "action": "scale_up", "to": 3, "hold": "10m"}]}
+    run = running(parse_spec(yaml.safe_dump(raw)), alertmanager=True, api_port=api,
+                  alertmanager_overrides={"group_wait": "0s", "group_interval": "2s"})
+    _warm(run)
+    thread, out = _load(run, _trace(12, 20.0, 6000, 4), 20.0)
+    receiver = run.pdscale.receiver
+
+    def acted() -> bool:
+        return any(r.alertname == "LLMQueueBacklogHigh" and r.outcome == "applied"
+                   for r in list(receiver.records))
+
+    eventually(acted, 60, "the critical backlog alert applied by the webhook",
+          lambda: [(r.alertname, r.severity, r.outcome) for r in list(receiver.records)])
+    eventually(lambda: any(d.pool == P and d.desired == 3 and
+                      any("reaction" in r for r in d.reasons) for d in _decisions(run)),
+          20, "the reaction's floor in a decision", lambda: _summary(run))
+    eventually(lambda: run.stack.actuator.read_status(P).desired == 3, 10, "three prefill workers")
+    thread.join(timeout=90)
+    assert out[0].summary["errors"] == 0
+
+
+def test_a_killed_worker_is_replaced_and_no_tick_is_lost(running: Any, tmp_path: Path) -> None:
+    import signal as sig
+
+    run = running(_spec(tmp_path), replicas={Role.PREFILL: 1, Role.DECODE: 2})
+    _warm(run)
+    act = run.stack.actuator
+    victim = act.workers(D)[0]
+    ticks = run.pdscale.reconciler.ticks
+    thread, out = _load(run, _trace(3, 10.0, 32, 20), 10.0)
+    os.kill(victim.pid, sig.SIGKILL)
+    eventually(lambda: any(e[2] == "WorkerExited" and victim.name in e[3] for e in act.events), 15,
+          "the dead worker reported")
+    eventually(lambda: act.read_status(D).ready == 2 and victim.name not in
+          {w.name for w in act.workers(D)}, 30, "a replacement decode worker ready")
+    thread.join(timeout=60)
+    elapsed_ticks = run.pdscale.reconciler.ticks - ticks
+    assert elapsed_ticks >= 3  # the controller kept ticking through it
+    assert not any(e.adapter == "source" for e in list(run.pdscale.reconciler.errors))
+    # Without --migration-limit the dead worker's streams were cut: the client saw them.
+    assert out[0].summary["finished"] + out[0].summary["errors"] == out[0].summary["requests"]
+
+
+def test_the_controller_scales_down_under_load_and_fails_no_request(
+        running: Any, tmp_path: Path) -> None:
+    """Three decode workers for a light, steady load: the controller removes the spare ones
+    (after a short stabilisation) while requests stream; SIGTERM drains them, so the client
+    sees no failed or cut request."""
+    raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
+    raw["controller"].update({"stabilisation": "10s", "burst_window": "10s"})
+    run = running(parse_spec(yaml.safe_dump(raw)), replicas={Role.PREFILL: 1, Role.DECODE: 3})
+    _warm(run)
+    start = len(_decisions(run))
+    thread, out = _load(run, _trace(3, 25.0, 64, 120), 25.0)
+    eventually(lambda: any(d.pool == D and d.desired < d.current and d.outcome == "applied"
+                           for d in _decisions(run)[start:]), 40,
+               "a scale-down of decode under load", lambda: _summary(run))
+    thread.join(timeout=90)
+    summary = out[0].summary
+    assert summary["errors"] == 0, summary["error_kinds"]
+    assert summary["finished"] == summary["requests"] > 50
+    assert run.stack.actuator.read_status(D).desired < 3
