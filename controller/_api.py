@@ -81,7 +81,8 @@ def create_app(controller: Controller) -> FastAPI:
     @app.get("/v1/forecast", summary="Latest forecast per pool: horizons and quantiles")
     def forecast() -> JSONResponse:
         out = {}
-        for key, table in list(controller.policy.last_forecast.items()):
+        tables = getattr(controller.policy, "last_forecast", {})  # pdscale's policy only
+        for key, table in list(tables.items()):
             out[f"{key[0]}/{key[1].value}"] = table
         return JSONResponse({"unit": {"prefill": "uncached prompt tokens/s",
                                       "decode": "generated tokens/s"}, "pools": out})

@@ -8,7 +8,7 @@ Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIS
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
 from controller._kube import KubeScaleActuator
@@ -76,16 +76,19 @@ def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | Non
 
 class ClusterSource:
     def __init__(self, spec: Spec, reader: PrometheusReader,
-                 kube: KubeScaleActuator | SimBackend) -> None:
+                 kube: KubeScaleActuator | SimBackend, *,
+                 extra_signals: Sequence[Signal] = ()) -> None:
         self.spec = spec
         self.reader = reader
         self.kube = kube
+        self.signals = POLICY_SIGNALS + tuple(s for s in extra_signals
+                                              if s not in POLICY_SIGNALS + HEALTH_SIGNALS)
+        """The signals the policy reads (pdscale's, and any a baseline policy adds)."""
 
     def observe(self, now_s: float) -> SourceResult:
         errors: list[AdapterError] = []
         try:
-            signals = self.reader.read(self.spec, POLICY_SIGNALS + HEALTH_SIGNALS,
-                                       at_s=now_s)
+            signals = self.reader.read(self.spec, self.signals + HEALTH_SIGNALS, at_s=now_s)
         except PrometheusUnavailable as exc:
             errors.append(AdapterError("prometheus", "unavailable", str(exc), None, now_s))
             signals = {}
@@ -108,7 +111,7 @@ class ClusterSource:
                 if sample_age is None or sample_age > self.reader.stale_after_s:
                     # No engine sample to trust: the rates still computed from the window's
                     # older samples would read as falling demand. Withhold them.
-                    values = {sig: SignalValue(None, v.age_s) if sig in POLICY_SIGNALS else v
+                    values = {sig: SignalValue(None, v.age_s) if sig in self.signals else v
                               for sig, v in values.items()}
                 values = {sig: v for sig, v in values.items() if sig not in HEALTH_SIGNALS}
                 ages = [v.age_s for v in values.values() if v.age_s is not None]

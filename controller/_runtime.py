@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 from controller._cluster import ClusterSource, warm_from_history
 from controller._constraints import Constraints
 from controller._drain import Drainer, PrometheusWork
-from controller._interface import PoolKey
+from controller._interface import Policy, PoolKey
 from controller._kube import (
     KubeDrainBackend,
     KubePodLabeler,
@@ -30,7 +30,7 @@ from controller._kube import (
     ScaleStatus,
 )
 from controller._leader import LeaseElector
-from controller._policy import build_policy
+from controller._policy import PdscalePolicy, build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
 from controller._simbackend import SimBackend
 from controller._webhook import AlertReceiver, WebhookAuthenticator
@@ -41,6 +41,7 @@ from telemetry import (
     PrometheusQueryError,
     PrometheusReader,
     PrometheusUnavailable,
+    Signal,
 )
 
 __all__ = ["Controller", "KubeConfigError", "is_loopback", "kube_client", "reader_from_spec",
@@ -145,6 +146,13 @@ class Controller:
     ``set_replicas``, ``event``, ``prime``, ``dry_run``) used instead of Kubernetes, e.g.
     :class:`controller._process.ProcessActuator` for pools of local processes (bare hosts,
     the loopback Dynamo stack). No Lease then."""
+    policy: Policy | None = None
+    """The scaling policy; None: pdscale's (``build_policy(spec)``). Another policy (a
+    baseline such as an HPA-like reactive one, for benchmarks) gets the same loop, guards,
+    actuator and records; forecast warm-up and refits apply to pdscale's only."""
+    extra_signals: tuple[Signal, ...] = ()
+    """Signals read each tick beyond pdscale's own, for a policy that needs them (an HPA
+    reads KV-cache usage, for example)."""
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -165,7 +173,8 @@ class Controller:
         else:
             assert self.api is not None, "a Kubernetes API client, sim_url or backend"
             self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
-        self.policy = build_policy(spec)
+        policy = self.policy if self.policy is not None else build_policy(spec)
+        self.policy = policy
         elect = c.leader_election.enabled if self.leader_election is None \
             else self.leader_election
         self.elector: LeaseElector | None = None
@@ -176,7 +185,8 @@ class Controller:
                                         self.identity, float(c.leader_election.lease_duration),
                                         self.clock.now)
         self.reconciler = Reconciler(
-            self.policy, ClusterSource(spec, self.reader, self.kube), self.kube, self.clock,
+            policy, ClusterSource(spec, self.reader, self.kube, extra_signals=self.extra_signals),
+            self.kube, self.clock,
             constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
             tick_s=float(c.tick), mode=c.mode, dry_run=dry,
             is_leader=self.elector.is_leader if self.elector else (lambda: True),
@@ -262,15 +272,19 @@ class Controller:
         # pay that here, before ready, not in the first tick or the first alert reaction.
         self.kube.prime()
         now = self.clock.now()
+        policy = self.policy
+        if not isinstance(policy, PdscalePolicy):
+            self.warm_result = {"ok": True, "points": {}, "note": "no forecaster to warm"}
+            return self.warm_result
         try:
-            taken = warm_from_history(self.spec, self.reader, self.policy, now_s=now,
+            taken = warm_from_history(self.spec, self.reader, policy, now_s=now,
                                       history_s=float(self.spec.controller.prometheus.history))
             self.warm_result = {"ok": True, "points": {f"{k[0]}/{k[1].value}": n
                                                        for k, n in taken.items()}}
-            for key in self.policy.pending_refits(now):
-                self.policy.refit(key, now)
-            for key in self.policy.stale_forecasts(now, within_s=0.0):
-                self.policy.refresh_forecast(key, now)
+            for key in policy.pending_refits(now):
+                policy.refit(key, now)
+            for key in policy.stale_forecasts(now, within_s=0.0):
+                policy.refresh_forecast(key, now)
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             self.reconciler.errors.append(AdapterError("prometheus", "unavailable",
                                                        f"history warm-up: {exc}", None, now))

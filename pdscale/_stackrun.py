@@ -56,6 +56,10 @@ class StackRun:
     api_port: int | None = None
     alertmanager_overrides: Mapping[str, Any] = field(default_factory=dict)
     """Merged into the generated Alertmanager route (e.g. a short ``group_interval``)."""
+    policy: Any = None
+    """The controller's policy (a ``controller.Policy``); None: pdscale's own."""
+    extra_signals: Sequence[Any] = ()
+    """Signals (``telemetry.Signal``) the controller reads beyond pdscale's, for ``policy``."""
 
     def __post_init__(self) -> None:
         self.folder = self.folder.resolve()
@@ -193,7 +197,8 @@ class StackRun:
         self.pdscale = Controller(self.spec, None, reader_from_spec(self.spec,
                                                                    url=self.prometheus_url),
                                   clock=SystemClock(), identity="stackrun",
-                                  leader_election=False, backend=self.stack.actuator)
+                                  leader_election=False, backend=self.stack.actuator,
+                                  policy=self.policy, extra_signals=tuple(self.extra_signals))
         port = self.api_port or free_port()
         self.pdscale.expose("127.0.0.1")
         self._server = uvicorn.Server(uvicorn.Config(create_app(self.pdscale), host="127.0.0.1",
