@@ -270,12 +270,21 @@ def _expected(spec: Spec, d: AlertDef, sims: Sequence[tuple[TierDef, Sim]],
     return out
 
 
+MAX_FOR_MIN = 7 * 1440
+"""The longest `for` a generated scenario replays minute by minute (a week)."""
+
+
 def _scenario_test(spec: Spec, d: AlertDef, baseline: Baseline,
                    severity: Severity) -> dict[str, Any]:
     H = d.history_min
     step = d.eval_step_min
     healthy, labels = baseline
     longest = max(t.for_s for t in d.tiers) // 60
+    if longest > MAX_FOR_MIN:
+        raise ScenarioError(
+            f"{d.name} {d.service.name}/{d.role.value}: a `for` of {longest} minutes is longer "
+            f"than a promtool test can replay (at most {MAX_FOR_MIN // 1440} days); shorten "
+            "the threshold's `for` (or the pool's cold_start, for LLMPoolScalingStuck)")
     end = H + longest + 3 * step + 10
     series = _timeline(healthy, d, severity, end)
     frame = Frame(series)

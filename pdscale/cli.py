@@ -92,8 +92,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             _generate(spec, what, Path(args.spec).name)
     except ScenarioError as exc:
         print(f"{args.spec}: 1 problem(s) in the spec\n  - alerts.thresholds: expected "
-              f"thresholds whose tiers a test can tell apart; got {exc}. Fix: widen the gap "
-              "between the warning and critical values or `for` durations", file=sys.stderr)
+              f"alerts whose generated promtool tests can tell the tiers apart; got: {exc}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     from pdscale._notes import provenance_notes
 
