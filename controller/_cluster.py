@@ -86,11 +86,8 @@ class ClusterSource:
         try:
             signals = self.reader.read(self.spec, POLICY_SIGNALS + HEALTH_SIGNALS,
                                        at_s=now_s)
-        except PrometheusUnavailable as exc:
-            errors.append(AdapterError("prometheus", "unavailable", str(exc), None, now_s))
-            signals = {}
-        except PrometheusQueryError as exc:
-            errors.append(AdapterError("prometheus", "rejected", str(exc), None, now_s))
+        except (PrometheusUnavailable, PrometheusQueryError) as exc:
+            errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
         pools: dict[PoolKey, PoolObservation] = {}
         staleness: dict[PoolKey, dict[str, float | None]] = {}

@@ -25,8 +25,8 @@ from typing import Any, Literal, Protocol
 
 from controller._constraints import Constraints, apply_constraints
 from controller._interface import Actuator, Observation, Policy, PoolDecision, PoolKey
-from controller._kube import KubeRejected, KubeUnavailable
 from controller._policy import PdscalePolicy
+from pdscale.errors import GiveUp, RetryLater
 from telemetry import ControllerTelemetry
 
 __all__ = ["AdapterError", "Clock", "DecisionRecord", "ObservationSource", "Overrides",
@@ -64,13 +64,19 @@ class AdapterError:
     at_s: float = 0.0
 
     @classmethod
+    def from_exception(cls, exc: Exception, pool: PoolKey | None, at_s: float, *,
+                       adapter: str = "actuator") -> AdapterError:
+        """A failure classified by what to do about it (``pdscale.errors``): an adapter's
+        :class:`RetryLater` is ``unavailable``, its :class:`GiveUp` ``rejected``; anything
+        else is an ``error`` of ``adapter`` (a bug or the unknown)."""
+        if isinstance(exc, RetryLater | GiveUp):
+            return cls(exc.adapter, exc.kind, str(exc), pool, at_s)
+        return cls(adapter, "error", f"{type(exc).__name__}: {exc}", pool, at_s)
+
+    @classmethod
     def from_scaling(cls, exc: Exception, pool: PoolKey, at_s: float) -> AdapterError:
-        """A failed read or write of a pool's replicas, classified by what to do about it."""
-        if isinstance(exc, KubeUnavailable):
-            return cls("kubernetes", "unavailable", str(exc), pool, at_s)
-        if isinstance(exc, KubeRejected):
-            return cls("kubernetes", "rejected", str(exc), pool, at_s)
-        return cls("actuator", "error", f"{type(exc).__name__}: {exc}", pool, at_s)
+        """A failed read or write of a pool's replicas."""
+        return cls.from_exception(exc, pool, at_s, adapter="actuator")
 
     def as_dict(self) -> dict[str, Any]:
         return {"adapter": self.adapter, "kind": self.kind, "message": self.message,

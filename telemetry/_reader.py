@@ -28,6 +28,7 @@ from typing import Any
 
 import requests
 
+from pdscale.errors import GiveUp, RetryLater
 from pdscale.spec import Role, Spec
 from telemetry._catalog import Signal, recorded_name
 
@@ -39,12 +40,16 @@ MAX_POINTS_PER_QUERY = 10_000
 _STAMP = "pdscale_sample_time"
 
 
-class PrometheusUnavailable(Exception):
+class PrometheusUnavailable(RetryLater):
     """Prometheus could not answer (connection, timeout, 5xx). Retry on the next tick."""
 
+    adapter = "prometheus"
 
-class PrometheusQueryError(Exception):
+
+class PrometheusQueryError(GiveUp):
     """Prometheus refused the query or the credentials (4xx). Retrying will not help."""
+
+    adapter = "prometheus"
 
 
 @dataclass(frozen=True)

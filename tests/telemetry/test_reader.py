@@ -92,7 +92,7 @@ def test_errors_split_by_what_to_do(server: tuple[str, type[_Recorder]]) -> None
     handler.status = 400
     with pytest.raises(PrometheusQueryError):
         PrometheusReader(url, timeout_s=2).read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
-    with pytest.raises(PrometheusUnavailable, match="did not answer"):
+    with pytest.raises(PrometheusUnavailable, match="cannot connect"):
         PrometheusReader(f"http://127.0.0.1:{free_port()}", timeout_s=1).read(
             SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
 
@@ -102,3 +102,17 @@ def test_unreadable_token_file_is_a_clear_error(tmp_path: Path) -> None:
         bearer_token_file=tmp_path / "missing"))
     with pytest.raises(PrometheusQueryError, match="bearer token file"):
         reader.read(SPEC, [Signal.QUEUE_DEPTH], at_s=0)
+
+
+def test_errors_belong_to_the_tree_the_reconciler_classifies_by() -> None:
+    from controller._reconciler import AdapterError
+    from pdscale.errors import GiveUp, RetryLater
+
+    assert issubclass(PrometheusUnavailable, RetryLater)
+    assert issubclass(PrometheusQueryError, GiveUp)
+    down = AdapterError.from_exception(PrometheusUnavailable("x"), None, 1.0)
+    refused = AdapterError.from_exception(PrometheusQueryError("y"), None, 1.0)
+    bug = AdapterError.from_exception(ZeroDivisionError("z"), None, 1.0, adapter="policy")
+    assert (down.adapter, down.kind) == ("prometheus", "unavailable")
+    assert (refused.adapter, refused.kind) == ("prometheus", "rejected")
+    assert (bug.adapter, bug.kind, bug.message) == ("policy", "error", "ZeroDivisionError: z")
