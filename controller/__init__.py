@@ -2,10 +2,10 @@
 actuators, leader election, alert reactions and the HTTP API.
 
 Importing this package stays light (no Kubernetes client, no web framework): the simulator
-uses the policy and its constraints. The in-cluster pieces live in ``controller._runtime``
-(the :class:`Controller` that ``pdscale run`` builds), ``controller._api`` (FastAPI app),
-``controller._reconciler``, ``controller._kube``, ``controller._leader`` and
-``controller._webhook``.
+runs the policy in the same reconcile loop (:class:`Reconciler`) on its own clock. The
+in-cluster pieces live in ``controller._runtime`` (the :class:`Controller` that ``pdscale
+run`` builds), ``controller._api`` (FastAPI app), ``controller._kube``, ``controller._leader``
+and ``controller._webhook``.
 """
 
 from controller._capacity import CapacityModel, decode_batch_at_slo
@@ -22,9 +22,22 @@ from controller._interface import (
 )
 from controller._policy import ColdStartTracker, PdscalePolicy, build_policy, policy_settings
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
+from controller._reconciler import (
+    AdapterError,
+    Clock,
+    DecisionRecord,
+    ObservationSource,
+    Overrides,
+    Reconciler,
+    SourceResult,
+    SystemClock,
+    TickReport,
+)
 
-__all__ = ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy", "Constraints",
-           "Detail", "InstanceProfile", "Observation", "PdscalePolicy", "Policy",
+__all__ = ["Actuator", "AdapterError", "CapacityModel", "Clock", "ColdStartTracker",
+           "ConstrainedPolicy", "Constraints", "DecisionRecord", "Detail", "InstanceProfile",
+           "Observation", "ObservationSource", "Overrides", "PdscalePolicy", "Policy",
            "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError",
-           "apply_constraints", "build_policy", "builtin_profiles", "decode_batch_at_slo",
-           "load_profile", "policy_settings"]
+           "Reconciler", "SourceResult", "SystemClock", "TickReport", "apply_constraints",
+           "build_policy", "builtin_profiles", "decode_batch_at_slo", "load_profile",
+           "policy_settings"]

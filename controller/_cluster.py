@@ -22,6 +22,7 @@ from telemetry import (
     PrometheusUnavailable,
     Signal,
     SignalValue,
+    derive_signals,
 )
 
 __all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
@@ -62,16 +63,9 @@ def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_
     return age, "; ".join(why) or None
 
 
-def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {sig.value: v.value for sig, v in values.items()}
-    rate = out.get(Signal.REQUEST_RATE.value)
-    if rate and rate > 0:
-        prompt = out.get(Signal.PROMPT_TOKENS_PER_S.value)
-        gen = out.get(Signal.GENERATION_TOKENS_PER_S.value)
-        # Mean lengths over the window, for the capacity model's attention and KV terms.
-        out["mean_input_tokens_interval"] = prompt / rate if prompt else None
-        out["mean_output_tokens_interval"] = gen / rate if gen else None
-    return out
+def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | None]:
+    """The read values, with the derived signals (mean lengths over the rate window)."""
+    return derive_signals({sig: v.value for sig, v in values.items()})
 
 
 class ClusterSource:

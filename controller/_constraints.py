@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 
 from controller._interface import Observation, Policy, PoolDecision, PoolKey
 from pdscale.spec import Role, Spec
+from telemetry import Signal
 
 __all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints"]
 
-_LATENCY = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
+_LATENCY = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pdscale.spec import Role
+from telemetry import Signal
 
 __all__ = [
     "Actuator",
@@ -50,8 +51,8 @@ class PoolReplicas:
 class PoolObservation:
     key: PoolKey
     replicas: PoolReplicas
-    signals: Mapping[str, float | None]
-    """Signal name (telemetry.Signal values) -> value, None when missing or stale."""
+    signals: Mapping[Signal, float | None]
+    """The catalog's signals (derived ones included) -> value, None when missing or stale."""
     data_time_s: float
     """When the signals were true: the time of the pool's newest engine sample where the
     source knows it (not the recording rule's evaluation time)."""

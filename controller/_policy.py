@@ -41,12 +41,14 @@ from controller._interface import Observation, PoolDecision, PoolKey, PoolObserv
 from controller._profiles import load_profile
 from forecasting import OnlineForecaster, QuantileGBForecaster, SeriesError
 from pdscale.spec import ControllerSettings, Role, Spec
+from telemetry import Signal
 
 __all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_policy",
            "policy_settings"]
 
-DEMAND_SIGNAL = {Role.PREFILL: "prompt_tokens_per_s", Role.DECODE: "generation_tokens_per_s"}
-LATENCY_SIGNAL = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
+DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
+                 Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
+LATENCY_SIGNAL = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 
 
 @dataclass
@@ -96,7 +98,7 @@ class PoolPolicyState:
 
 def _backlogged(pool: PoolObservation) -> bool:
     """More than two requests waiting a ready replica."""
-    return (pool.signals.get("queue_depth") or 0.0) > 2 * max(pool.replicas.ready, 1)
+    return (pool.signals.get(Signal.QUEUE_DEPTH) or 0.0) > 2 * max(pool.replicas.ready, 1)
 
 
 class PdscalePolicy:
@@ -276,7 +278,7 @@ class PdscalePolicy:
         # engine may not count prompt tokens; its KV use and step time depend on them).
         prompt_len: dict[str, float] = {}
         for key, pool in observation.pools.items():
-            value = pool.signals.get("mean_input_tokens_interval")
+            value = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
             if value is not None and value > 0:
                 prompt_len.setdefault(key[0], value)
         out = {}
@@ -296,7 +298,7 @@ class PdscalePolicy:
         st.cold_start.observe(now, r.ready)
         current = r.active
         demand = signals.get(DEMAND_SIGNAL[role])
-        hit = signals.get("prefix_cache_hit_ratio") or 0.0
+        hit = signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if role is Role.PREFILL and demand is not None:
             demand = demand * (1 - min(max(hit, 0.0), 0.95))
         if demand is None:
@@ -305,12 +307,12 @@ class PdscalePolicy:
                                        f"holding {held} replicas, no scale-down",),
                                 cause="degraded",
                                 detail={"signal": DEMAND_SIGNAL[role], "held": held})
-        st.capacity.observe_lengths(signals.get("mean_input_tokens_interval")
+        st.capacity.observe_lengths(signals.get(Signal.MEAN_PROMPT_TOKENS)
                                     or service_prompt_len,
-                                    signals.get("mean_output_tokens_interval"))
+                                    signals.get(Signal.MEAN_OUTPUT_TOKENS))
         per_replica = st.capacity.per_replica()
         latency = signals.get(LATENCY_SIGNAL[role])
-        queue = signals.get("queue_depth") or 0.0
+        queue = signals.get(Signal.QUEUE_DEPTH) or 0.0
         # A queue of more than two requests a replica: requests wait for this pool (for
         # decode that wait shows in TTFT, not ITL), so it counts as a miss for the model.
         backlogged = _backlogged(pool)
@@ -332,7 +334,7 @@ class PdscalePolicy:
         seqs = None
         waiting_for = 0.0
         if role is Role.DECODE:
-            running = signals.get("running_requests")
+            running = signals.get(Signal.RUNNING_REQUESTS)
             if running is not None:
                 batch = st.capacity.decode_batch()
                 # Waiting sequences count up to as many as run (a backlog larger than that is

@@ -272,8 +272,11 @@ class Reconciler:
             else:
                 self._refits[key] = self._executor.submit(policy.refit, key, now)
         # Forecasts that expire before the next tick are recomputed on the worker too, so a
-        # tick reuses them instead of predicting for every pool at once.
-        if self._executor is not None and (self._forecasts is None or self._forecasts.done()):
+        # tick reuses them instead of predicting for every pool at once (in the foreground,
+        # here, when there is no worker: the simulator's deterministic runs).
+        if self._executor is None:
+            self._refresh(policy, policy.stale_forecasts(now, within_s=self.tick_s), now)
+        elif self._forecasts is None or self._forecasts.done():
             stale = policy.stale_forecasts(now, within_s=self.tick_s)
             if stale:
                 self._forecasts = self._executor.submit(self._refresh, policy, stale, now)

@@ -562,9 +562,9 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     import threading
 
     from pdscale._io import OutputError, write_tree
-    from simulator import EventSimulator, ProfileError, TraceError, result_files
+    from simulator import EventWorld, ProfileError, TraceError, result_files
     from simulator._live import LiveCluster, serve_live
-    from simulator._runner import attach_loop, finish_loop
+    from simulator._runner import attach_reconciler
     from simulator._simulate import SimOptions, prepare
 
     assert isinstance(options, SimOptions)
@@ -575,8 +575,10 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     assert prepared.trace is not None
     service = spec.service(prepared.setup.service)
-    sim = EventSimulator(prepared.setup, prepared.trace)
-    loop = attach_loop(sim, prepared.policy, observation_delay_s=options.observation_delay_s)
+    world = EventWorld(prepared.setup, prepared.trace,
+                       observation_delay_s=options.observation_delay_s)
+    attach_reconciler(world, prepared.policy, spec=prepared.spec)
+    sim = world.sim
     cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
                           pod_prefix={r: service.pools[r].target.name for r in Role},
                           speed=args.speed)
@@ -590,7 +592,7 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     serve_live(cluster, host=args.host, port=args.port, stop=stop, on_port=announce)
-    result = finish_loop(sim, loop, time.perf_counter() - started)
+    result = world.result(time.perf_counter() - started)
     result.summary.update(prepared.meta)
     result.summary["mode"] = "live"
     try:

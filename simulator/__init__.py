@@ -1,9 +1,16 @@
-"""The P/D cluster simulator: trace loaders, instance profiles, event and fluid modes,
-baseline policies, and results (summary, time series, plots)."""
+"""The P/D cluster simulator: trace loaders, instance profiles, event and fluid modes as
+worlds the production controller runs in (:func:`run_world`), baseline policies, and results
+(summary, time series, plots)."""
 
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from simulator._event import EventSimulator, PoolSetup, SimSetup
-from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
+from simulator._fluid import (
+    FluidLoad,
+    FluidWorld,
+    fluid_load_from_servegen,
+    fluid_load_from_trace,
+    run_fluid,
+)
 from simulator._policies import (
     DynamoPolicy,
     OraclePolicy,
@@ -12,7 +19,7 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from simulator._runner import SimResult, run_event
+from simulator._runner import EventWorld, run_event
 from simulator._simulate import POLICIES, SimOptions, result_files, simulate
 from simulator._trace import (
     FORMATS,
@@ -23,18 +30,22 @@ from simulator._trace import (
     synthetic_trace,
     trace_stats,
 )
+from simulator._world import SimClock, SimResult, World, run_world
 
 __all__ = [
     "FORMATS",
     "POLICIES",
     "DynamoPolicy",
     "EventSimulator",
+    "EventWorld",
     "FluidLoad",
+    "FluidWorld",
     "InstanceProfile",
     "OraclePolicy",
     "PoolSetup",
     "ProfileError",
     "ReactivePolicy",
+    "SimClock",
     "SimOptions",
     "SimResult",
     "SimSetup",
@@ -42,6 +53,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceStats",
+    "World",
     "builtin_profiles",
     "demand_plan",
     "fluid_load_from_servegen",
@@ -51,6 +63,7 @@ __all__ = [
     "result_files",
     "run_event",
     "run_fluid",
+    "run_world",
     "simulate",
     "size_for_peak",
     "synthetic_trace",

@@ -282,9 +282,10 @@ class EventSimulator:
     def done_running(self) -> bool:
         return not self._events or self.now > self._end_of_arrivals + _MAX_DRAIN_S
 
-    def advance(self, until: float, *,
-                progress: Callable[[float], None] | None = None) -> None:
-        """Process every event up to simulated time ``until`` (live mode steps with this)."""
+    def advance(self, until: float, *, progress: Callable[[float], None] | None = None,
+                settle: bool = True) -> None:
+        """Process every event up to simulated time ``until`` (live mode steps with this);
+        with ``settle`` the clock then reads ``until`` even if no event was due."""
         n = len(self.arrival)
         end_of_arrivals = self._end_of_arrivals
         while self._events and self._events[0][0] <= until:
@@ -318,7 +319,7 @@ class EventSimulator:
                     progress(min(1.0, t / max(end_of_arrivals, 1e-9)))
             if self.now > end_of_arrivals + _MAX_DRAIN_S:
                 break  # a pool that can never finish its work: stop, results show it
-        if until != math.inf and until > self.now:
+        if settle and until != math.inf and until > self.now:
             self.now = until
 
     def close(self) -> None:

@@ -19,9 +19,9 @@ import numpy as np
 
 from controller import Policy
 from controller._profiles import load_profile
-from pdscale.spec import ControllerSettings, Role, ServiceSpec, Spec
+from pdscale.spec import Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
-from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
+from simulator._fluid import FluidLoad, FluidWorld, fluid_load_from_servegen, fluid_load_from_trace
 from simulator._policies import (
     DemandPlan,
     DynamoPolicy,
@@ -32,10 +32,12 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from simulator._runner import SimResult, run_event
+from simulator._runner import EventWorld
 from simulator._trace import Trace, TraceError, detect_format, load_trace
+from simulator._world import SimResult, World, run_world
 
-__all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate"]
+__all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate",
+           "world_for"]
 
 POLICIES = ("static", "reactive", "dynamo", "oracle", "pdscale")
 Mode = Literal["event", "fluid", "auto"]
@@ -87,31 +89,24 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     return DemandPlan(p, d)
 
 
-def _policy(name: str, setup: SimSetup, plan: DemandPlan,
-            settings: ControllerSettings | None = None) -> Policy:
+def _policy(name: str, setup: SimSetup, plan: DemandPlan, spec: Spec) -> Policy:
+    """The policy ``name`` for the simulated service; pdscale's is built from the spec
+    exactly as ``pdscale run`` builds it (its controller settings, the pools' profiles, the
+    cold start the simulation uses)."""
     if name == "static":
         return StaticPolicy()
     if name == "reactive":
-        return ReactivePolicy(tick_s=setup.tick_s)
+        return ReactivePolicy(tick_s=setup.tick_s,
+                              decode_max_batch=setup.decode.profile.max_batch)
     if name == "dynamo":
         return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
     if name == "pdscale":
-        from controller import CapacityModel, PdscalePolicy, policy_settings
+        from controller import build_policy
 
-        key_p, key_d = (setup.service, Role.PREFILL), (setup.service, Role.DECODE)
-        capacity = {
-            key_p: CapacityModel(Role.PREFILL, setup.prefill.profile, setup.slo_ttft_s),
-            key_d: CapacityModel(Role.DECODE, setup.decode.profile, setup.slo_itl_s),
-        }
-        # The spec's controller settings, as in a cluster. The controller refits every 15
-        # minutes of wall time; replaying days of traffic, a refit every 6 simulated hours
-        # keeps runs short (updates still arrive every minute).
-        kwargs = policy_settings(settings or ControllerSettings())
-        kwargs["tick_s"] = setup.tick_s
-        kwargs["refit_every_s"] = 6 * 3600.0
-        return PdscalePolicy(capacity, {key_p: setup.prefill.cold_start_s,
-                                        key_d: setup.decode.cold_start_s}, **kwargs)
+        return build_policy(spec, cold_start_s={
+            (setup.service, Role.PREFILL): setup.prefill.cold_start_s,
+            (setup.service, Role.DECODE): setup.decode.cold_start_s})
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
@@ -120,7 +115,8 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan,
     raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}")
 
 
-def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int]) -> SimSetup:
+def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int], *,
+           tick_s: float) -> SimSetup:
     pools = {}
     for role in Role:
         pool = service.pools[role]
@@ -134,7 +130,7 @@ def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int
     return SimSetup(service=service.name, prefill=pools[Role.PREFILL],
                     decode=pools[Role.DECODE], slo_ttft_s=service.slo.ttft_p95_s,
                     slo_itl_s=service.slo.itl_p95_s, router=options.router,
-                    failures=options.failures)
+                    tick_s=tick_s, failures=options.failures)
 
 
 def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
@@ -151,6 +147,8 @@ def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
 class Prepared:
     setup: SimSetup
     policy: Policy
+    spec: Spec
+    """The spec narrowed to the simulated service: its constraints and telemetry."""
     mode: str
     trace: Trace | None
     load: FluidLoad | None
@@ -186,7 +184,8 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         assert trace is not None
         load = fluid_load_from_trace(trace, prefix_hit=options.prefix_hit or 0.0)
     # Size the pools: the oracle's plan gives the static peak and everyone's start.
-    probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1})
+    tick_s = float(spec.controller.tick)
+    probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1}, tick_s=tick_s)
     if trace is not None:
         plan = demand_plan(trace, probe.prefill.profile, probe.decode.profile,
                            probe.slo_ttft_s, probe.slo_itl_s,
@@ -200,15 +199,12 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         lead = int(max(probe.prefill.cold_start_s, probe.decode.cold_start_s)) + 60
         initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
                    Role.DECODE: int(plan.decode[:lead].max())}
-    setup = _setup(service, options, initial)
-    policy = _policy(options.policy, setup, plan, spec.controller)
-    if options.policy == "pdscale":
-        # The controller's cross-pool constraints (P:D ratio bounds, GPU budget), as in a
-        # cluster; the budget counts this service's pools only.
-        from controller import ConstrainedPolicy, Constraints
-
-        one = spec.model_copy(update={"services": (service,)})
-        policy = ConstrainedPolicy(policy, Constraints.from_spec(one))
+    setup = _setup(service, options, initial, tick_s=tick_s)
+    # The simulated service alone: the controller's cross-pool constraints (P:D ratio
+    # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
+    # cluster running this one service.
+    one = spec.model_copy(update={"services": (service,)})
+    policy = _policy(options.policy, setup, plan, one)
     capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
     meta: dict[str, Any] = {
         "service": service.name,
@@ -226,21 +222,28 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     }
     if trace is not None and trace.notes:
         meta["trace_notes"] = list(trace.notes)
-    return Prepared(setup, policy, mode, trace, load, meta)
+    return Prepared(setup, policy, one, mode, trace, load, meta)
 
 
-def simulate(spec: Spec, options: SimOptions, *,
-             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
-    """Run one simulation; returns the result and a description of what was run."""
-    prepared = prepare(spec, options)
+def world_for(prepared: Prepared, options: SimOptions) -> World:
+    """The prepared run's world: event or fluid mode."""
     if prepared.mode == "event":
         assert prepared.trace is not None
-        result = run_event(prepared.setup, prepared.trace, prepared.policy,
-                           observation_delay_s=options.observation_delay_s, progress=progress)
-    else:
-        assert prepared.load is not None
-        result = run_fluid(prepared.setup, prepared.load, prepared.policy,
-                           observation_delay_s=options.observation_delay_s, progress=progress)
+        return EventWorld(prepared.setup, prepared.trace,
+                          observation_delay_s=options.observation_delay_s)
+    assert prepared.load is not None
+    return FluidWorld(prepared.setup, prepared.load,
+                      observation_delay_s=options.observation_delay_s)
+
+
+def simulate(spec: Spec, options: SimOptions, *, policy: Policy | None = None,
+             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Run one simulation (the production reconcile loop over the simulated service); returns
+    the result and a description of what was run. ``policy`` replaces the one
+    ``options.policy`` names (a baseline at other settings)."""
+    prepared = prepare(spec, options)
+    result = run_world(world_for(prepared, options), policy or prepared.policy,
+                       spec=prepared.spec, progress=progress)
     result.summary.update(prepared.meta)
     return result, prepared.meta
 

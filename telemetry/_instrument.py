@@ -58,7 +58,7 @@ _TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class ControllerTelemetry:
-    def __init__(self, spec: Spec, *, identity: str = "pdscale",
+    def __init__(self, spec: Spec | None, *, identity: str = "pdscale",
                  span_processors: tuple[SpanProcessor, ...] = ()) -> None:
         self.registry = CollectorRegistry()
         resource = Resource.create({"service.name": "pdscale", "service.instance.id": identity})
@@ -70,7 +70,7 @@ class ControllerTelemetry:
         self._maybe_otlp()
         self.tracer: Tracer = self.tracer_provider.get_tracer("pdscale.controller")
         self._labels: dict[PoolKey, dict[str, str]] = {}
-        for svc in spec.services:
+        for svc in spec.services if spec is not None else ():
             for role in svc.pools:
                 self._labels[(svc.name, role)] = {
                     "namespace": svc.namespace, "model_name": svc.model_name,
@@ -118,7 +118,7 @@ class ControllerTelemetry:
             description="Alertmanager webhook reactions by action, alert and outcome")
         self.alerts_received = m.create_counter(
             "pdscale_alerts_received", description="Alerts received by severity and status")
-        if spec.gpu_budget is not None:
+        if spec is not None and spec.gpu_budget is not None:
             self.budget.set(spec.gpu_budget, {})
         # Counters start at 0 (Prometheus practice), so the first error shows up in rate().
         for adapter, kind in _ERROR_KINDS:

@@ -19,6 +19,7 @@ from controller import (
     load_profile,
 )
 from pdscale.spec import Role
+from telemetry import Signal
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
 KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
@@ -169,7 +170,7 @@ def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -
         for t in range(0, 600, 15):
             obs = _obs(t)
             obs.pools[KEY_D if where == "decode" else KEY_P].signals[  # type: ignore[index]
-                "mean_input_tokens_interval"] = 200.0
+                Signal.MEAN_PROMPT_TOKENS] = 200.0
             policy.decide(obs)
         return policy.state[KEY_D].capacity.per_replica()
 

@@ -163,7 +163,7 @@ def test_unauthenticated_on_all_interfaces_disables_the_webhook(tmp_path: Path) 
 
 
 def test_the_spec_can_allow_an_unauthenticated_webhook_explicitly(tmp_path: Path) -> None:
-    spec = _unauthenticated_spec("reactions:\n  auth: {allow_unauthenticated: true}\n")
+    spec = _unauthenticated_spec("  auth: {allow_unauthenticated: true}\n")
     with running(spec, tmp_path / "token") as env:
         assert env.controller.expose("0.0.0.0") is None
 

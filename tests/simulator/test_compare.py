@@ -40,17 +40,46 @@ def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
 
 
 def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> None:
+    from controller import PdscalePolicy
     from pdscale.spec import load_spec
     from simulator import SimOptions
     from simulator._simulate import prepare
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     tuned = spec.model_copy(update={"controller": spec.controller.model_copy(update={
-        "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5})})
-    for which, expect in ((spec, (0.9, 300.0, 900.0, 2)), (tuned, (0.8, 120.0, 0.0, 5))):
+        "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5,
+        "tick": 10})})
+    for which, expect in ((spec, (0.9, 300.0, 900.0, 2, 15.0)),
+                          (tuned, (0.8, 120.0, 0.0, 5, 10.0))):
         prepared = prepare(which, SimOptions(policy="pdscale", duration_s=600.0))
-        policy = prepared.policy.inner  # type: ignore[attr-defined]
+        policy = prepared.policy
+        assert isinstance(policy, PdscalePolicy)
         assert (policy.quantile, policy.stabilisation_s, policy.burst_window_s,
-                policy.max_step_down) == expect
+                policy.max_step_down, policy.tick_s) == expect
+        assert prepared.setup.tick_s == expect[4]  # the world ticks with the controller
         forecaster = next(iter(policy.state.values())).forecaster
-        assert forecaster.model.quantiles == (0.5, expect[0])
+        assert forecaster is not None and forecaster.model.quantiles == (0.5, expect[0])
+        # The constraints and telemetry are the simulated service's alone.
+        assert [s.name for s in prepared.spec.services] == [spec.services[0].name]
+
+
+def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constraints() -> None:
+    """A GPU budget in the spec caps every policy in the simulator as in a cluster, and each
+    decision is the reconciler's (its cause recorded)."""
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    options = SimOptions(policy="reactive", duration_s=1800.0, scale=3.0, cold_start_s=30.0)
+    free, _ = simulate(spec, options)
+
+    def most_gpus(result: object) -> float:
+        rows = result.timeseries  # type: ignore[attr-defined]
+        return max(r["prefill_desired"] + r["decode_desired"] for r in rows)
+
+    assert most_gpus(free) > 4
+    assert {d["cause"] for d in free.decisions} <= {"steady", "scale_down", "forecast",
+                                                     "reactive", "bound"}
+    capped, _ = simulate(spec.model_copy(update={"gpu_budget": 4}), options)
+    assert most_gpus(capped) <= 4
+    assert capped.summary["slo_attainment"] < free.summary["slo_attainment"]
