@@ -8,7 +8,7 @@ run`` builds), ``controller._api`` (FastAPI app), ``controller._kube``, ``contro
 and ``controller._webhook``.
 """
 
-from controller._capacity import CapacityModel, decode_batch_at_slo
+from controller._capacity import CapacityModel
 from controller._constraints import ConstrainedPolicy, Constraints, apply_constraints
 from controller._interface import (
     Actuator,
@@ -19,6 +19,14 @@ from controller._interface import (
     PoolKey,
     PoolObservation,
     PoolReplicas,
+)
+from controller._perf import (
+    HEADROOM,
+    DecodePoint,
+    decode_batch_limit,
+    decode_operating_point,
+    prefill_capacity,
+    uncached_prefill_demand,
 )
 from controller._policy import ColdStartTracker, PdscalePolicy, build_policy, policy_settings
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
@@ -34,10 +42,11 @@ from controller._reconciler import (
     TickReport,
 )
 
-__all__ = ["Actuator", "AdapterError", "CapacityModel", "Clock", "ColdStartTracker",
-           "ConstrainedPolicy", "Constraints", "DecisionRecord", "Detail", "InstanceProfile",
-           "Observation", "ObservationSource", "Overrides", "PdscalePolicy", "Policy",
-           "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError",
-           "Reconciler", "SourceResult", "SystemClock", "TickReport", "apply_constraints",
-           "build_policy", "builtin_profiles", "decode_batch_at_slo", "load_profile",
-           "policy_settings"]
+__all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Clock", "ColdStartTracker",
+           "ConstrainedPolicy", "Constraints", "DecisionRecord", "DecodePoint",
+           "Detail", "InstanceProfile", "Observation", "ObservationSource", "Overrides",
+           "PdscalePolicy", "Policy", "PoolDecision", "PoolKey", "PoolObservation",
+           "PoolReplicas", "ProfileError", "Reconciler", "SourceResult", "SystemClock",
+           "TickReport", "apply_constraints", "build_policy", "builtin_profiles",
+           "decode_batch_limit", "decode_operating_point", "load_profile",
+           "policy_settings", "prefill_capacity", "uncached_prefill_demand"]

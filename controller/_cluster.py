@@ -7,11 +7,11 @@ Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIS
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
 from controller._kube import KubeScaleActuator
+from controller._perf import uncached_prefill_demand
 from controller._policy import PdscalePolicy
 from controller._reconciler import AdapterError, SourceResult
 from controller._simbackend import SimBackend
@@ -137,8 +137,7 @@ def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolic
         if key[1] is not Role.PREFILL:
             continue
         hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
-        uncached = [v * (1 - min(max(hit_at.get(t, 0.0), 0.0), 0.95))
-                    if math.isfinite(hit_at.get(t, 0.0)) else v
+        uncached = [uncached_prefill_demand(v, hit_at.get(t))
                     for t, v in zip(times, values, strict=True)]
         taken[key] = policy.warm(key, times, uncached)
     for key, (times, values) in gen.items():

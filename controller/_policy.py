@@ -38,6 +38,7 @@ import numpy as np
 
 from controller._capacity import CapacityModel
 from controller._interface import Observation, PoolDecision, PoolKey, PoolObservation
+from controller._perf import uncached_prefill_demand
 from controller._profiles import load_profile
 from forecasting import OnlineForecaster, QuantileGBForecaster, SeriesError
 from pdscale.spec import ControllerSettings, Role, Spec
@@ -300,7 +301,7 @@ class PdscalePolicy:
         demand = signals.get(DEMAND_SIGNAL[role])
         hit = signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if role is Role.PREFILL and demand is not None:
-            demand = demand * (1 - min(max(hit, 0.0), 0.95))
+            demand = uncached_prefill_demand(demand, hit)
         if demand is None:
             held = max(r.desired, current)
             return PoolDecision(held, (f"degraded: {DEMAND_SIGNAL[role]} missing or stale; "

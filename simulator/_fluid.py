@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controller import Policy, PoolReplicas
+from controller import Policy, PoolReplicas, decode_batch_limit, uncached_prefill_demand
 from pdscale.spec import Role, Spec
 from simulator._event import PoolSetup, SimSetup, hist_quantile
 from simulator._trace import Trace
@@ -149,11 +149,12 @@ def _mixes(setup: SimSetup, load: FluidLoad) -> list[_Mix]:
         ctx = float(p.mean() + o.mean() / 2)
         out.append(_Mix(
             mean_l=float(p.mean()), mean_sq=float((p ** 2).mean()),
-            mean_unc=float(p.mean() * (1 - load.prefix_hit)), mean_o=float(o.mean()),
+            mean_unc=uncached_prefill_demand(float(p.mean()), load.prefix_hit),
+            mean_o=float(o.mean()),
             s=s_vec, kv=np.array([dp.kv_transfer_ms(x) / 1000 for x in p_sorted]), ctx=ctx,
             scv=float(s_vec.var() / max(s_vec.mean() ** 2, 1e-12)),
             mu=pp.prefill_tokens_per_s(float(p.mean()), float((p ** 2).mean())),
-            b_max=float(max(1, min(dp.max_batch, int(dp.kv_capacity_tokens * 0.95 / ctx)))),
+            b_max=float(decode_batch_limit(dp, ctx)),
             decode_ms=(dp.decode_d0_ms / 1000, dp.decode_d1_ms / 1000, dp.decode_d2_ms / 1000),
             overhead_s=pp.ttft_overhead_ms / 1000, kv_capacity=float(dp.kv_capacity_tokens)))
     return out

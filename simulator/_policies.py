@@ -28,9 +28,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from controller import Observation, PoolDecision, PoolKey, decode_batch_at_slo
-from controller._capacity import HEADROOM
-from controller._profiles import InstanceProfile
+from controller import (
+    HEADROOM,
+    InstanceProfile,
+    Observation,
+    PoolDecision,
+    PoolKey,
+    decode_operating_point,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
 from pdscale.spec import Role
 from simulator._trace import Trace
 from telemetry import Signal
@@ -40,14 +47,9 @@ __all__ = [
     "OraclePolicy",
     "ReactivePolicy",
     "StaticPolicy",
-    "decode_batch_at_slo",
     "demand_plan",
     "size_for_peak",
 ]
-
-TARGET_UTILISATION = HEADROOM
-"""Share of a replica's saturated capacity the capacity model plans to use."""
-
 
 @dataclass(frozen=True)
 class DemandPlan:
@@ -68,11 +70,12 @@ def demand_plan(trace: Trace, prefill: InstanceProfile, decode: InstanceProfile,
     step time meets the ITL SLO."""
     n_s = math.ceil(trace.arrival_s[-1] + 1) if len(trace) else 1
     sec = np.minimum(trace.arrival_s.astype(np.int64), n_s - 1)
-    tokens = np.bincount(sec, weights=trace.prompt_tokens * (1 - prefix_hit), minlength=n_s)
+    tokens = np.bincount(sec, weights=uncached_prefill_demand(1.0, prefix_hit) *
+                         trace.prompt_tokens, minlength=n_s)
     mean_l = float(trace.prompt_tokens.mean())
     mean_sq = float((trace.prompt_tokens.astype(np.float64) ** 2).mean())
-    mu = prefill.prefill_tokens_per_s(mean_l, mean_sq) * TARGET_UTILISATION
-    slack = max(0.05, ttft_slo_s * TARGET_UTILISATION - prefill.ttft_overhead_ms / 1000)
+    mu = prefill_capacity(prefill, mean_l, mean_sq)
+    slack = max(0.05, ttft_slo_s * HEADROOM - prefill.ttft_overhead_ms / 1000)
     cum = np.concatenate([[0.0], np.cumsum(tokens)])
     p_need = np.zeros(n_s)
     for w in (1, 2, 4, 8, 16, 32, 64):
@@ -84,8 +87,8 @@ def demand_plan(trace: Trace, prefill: InstanceProfile, decode: InstanceProfile,
     # A window's need applies over the whole window it covers.
     p_need = _rolling_max(np.ceil(p_need), 64)
     ctx = mean_l + float(trace.output_tokens.mean()) / 2
-    batch = decode_batch_at_slo(decode, itl_slo_s, ctx)
-    step_s = decode.decode_step_ms(batch, batch * ctx) / 1000
+    point = decode_operating_point(decode, itl_slo_s * HEADROOM, ctx)
+    batch, step_s = point.batch, point.step_s
     start = np.minimum(sec, n_s - 1)
     end = np.minimum((trace.arrival_s + trace.output_tokens * step_s).astype(np.int64) + 1,
                      n_s)
@@ -204,14 +207,12 @@ class DynamoPolicy:
                                 p.replicas.gpus_per_replica)
                 itl = d.signals.get(Signal.ITL_P50_S)
                 ctx = isl + osl / 2
-                batch = decode_batch_at_slo(self.decode, self.itl_slo_s / TARGET_UTILISATION,
-                                            ctx)
-                expected_itl = self.decode.decode_step_ms(batch, batch * ctx) / 1000
+                # The planner plans at the ITL target itself (no headroom), divided by how
+                # far the observed ITL is from the one expected there.
+                expected_itl = decode_operating_point(self.decode, self.itl_slo_s, ctx).step_s
                 itl_corr = (itl / expected_itl) if itl and expected_itl else 1.0
-                target_batch = decode_batch_at_slo(
-                    self.decode, self.itl_slo_s / TARGET_UTILISATION / max(itl_corr, 1e-3), ctx)
-                step_s = self.decode.decode_step_ms(target_batch, target_batch * ctx) / 1000
-                decode_tps = target_batch / step_s
+                decode_tps = decode_operating_point(
+                    self.decode, self.itl_slo_s / max(itl_corr, 1e-3), ctx).tokens_per_s
                 n_d = math.ceil(rate * osl / decode_tps / d.replicas.gpus_per_replica)
                 self._desired[prefill_key] = n_p
                 self._desired[decode_key] = n_d

@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from controller import Policy
+from controller import (
+    HEADROOM,
+    Policy,
+    decode_operating_point,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
 from controller._profiles import load_profile
 from pdscale.spec import Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
@@ -28,7 +34,6 @@ from simulator._policies import (
     OraclePolicy,
     ReactivePolicy,
     StaticPolicy,
-    decode_batch_at_slo,
     demand_plan,
     size_for_peak,
 )
@@ -69,17 +74,18 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     """The oracle's plan for a fluid load: per step, replicas for its token rate and its
     decode concurrency (Little's law at the batch that meets the ITL SLO)."""
     pp, dp = setup.prefill.profile, setup.decode.profile
-    # Per length sample: prefill tokens a request costs at 80 % of the pool's throughput, and
-    # decode replica-seconds a request holds (output x step time / batch at the ITL SLO).
+    # Per length sample: prefill replica-seconds a request costs, and decode replica-seconds
+    # a request holds (its output tokens at the operating point's cost per token).
     prefill_cost = np.zeros(len(load.prompt_samples))
     decode_cost = np.zeros(len(load.prompt_samples))
     for g, (prompts, outputs) in enumerate(zip(load.prompt_samples, load.output_samples,
                                                strict=True)):
-        mu = pp.prefill_tokens_per_s(float(prompts.mean()), float((prompts ** 2).mean())) * 0.8
-        prefill_cost[g] = prompts.mean() * (1 - load.prefix_hit) / mu
-        ctx = float(prompts.mean() + outputs.mean() / 2)
-        batch = decode_batch_at_slo(dp, setup.slo_itl_s, ctx)
-        decode_cost[g] = outputs.mean() * dp.decode_step_ms(batch, batch * ctx) / 1000 / batch
+        mean_l = float(prompts.mean())
+        mu = prefill_capacity(pp, mean_l, float((prompts ** 2).mean()))
+        prefill_cost[g] = uncached_prefill_demand(mean_l, load.prefix_hit) / mu
+        ctx = mean_l + float(outputs.mean()) / 2
+        point = decode_operating_point(dp, setup.slo_itl_s * HEADROOM, ctx)
+        decode_cost[g] = outputs.mean() * point.replica_s_per_token
     rate = load.requests / load.dt_s
     p_need = rate * prefill_cost[load.sample_index]
     d_need = rate * decode_cost[load.sample_index]
