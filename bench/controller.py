@@ -138,19 +138,19 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
             controller = Controller(spec, api, reader_from_spec(spec, url), clock=SystemClock(),
                                     leader_election=False)
             rec = controller.reconciler
-            policy = controller.policy
+            forecasts = controller.forecasts
             now = time.time()
             n = int(history_h * 60)
             times = [now - 60 * (n - i) for i in range(n)]
             rng = np.random.default_rng(0)
             fit_started = time.perf_counter()
-            for key in policy.state:
+            for key in forecasts.forecasters:
                 base = 150_000.0 if key[1] is Role.PREFILL else 20_000.0
                 series = base * (1 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 1440)) * \
                     rng.lognormal(0, 0.05, n)
-                policy.warm(key, times, [float(v) for v in series])
-                policy.refit(key, now)
-                policy.refresh_forecast(key, now)  # as Controller.warm() does before ready
+                forecasts.warm(key, times, [float(v) for v in series])
+                forecasts.refit(key, now)
+                forecasts.refresh_forecast(key, now)  # as Controller.warm() does before ready
             fit_s = time.perf_counter() - fit_started
             # As Controller.warm() does before the controller is ready: the Kubernetes client
             # builds its validators on first use (dry-run calls here, reported on their own).
@@ -181,11 +181,11 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
                 return cpu, wall, queries
 
             # Steady ticks: forecasts reused (in production for two minutes).
-            policy.forecast_every_s = 1e9
+            forecasts.forecast_every_s = 1e9
             cpu, wall, queries = timed(ticks)
             # Worst case: every forecast expires every second, so the worker recomputes all of
             # them without pause while the ticks run (in production: once per two minutes).
-            policy.forecast_every_s = 1.0
+            forecasts.forecast_every_s = 1.0
             busy_cpu, busy_wall, _ = timed(ticks)
             report = rec.last_tick
             assert report is not None

@@ -10,12 +10,15 @@ and ``controller._webhook``.
 
 from controller._capacity import CapacityModel
 from controller._constraints import ConstrainedPolicy, Constraints, apply_constraints
+from controller._forecast import ForecastStage, NoForecast
 from controller._interface import (
     Actuator,
+    Cause,
     Detail,
     Observation,
     Policy,
     PoolDecision,
+    PoolForecast,
     PoolKey,
     PoolObservation,
     PoolReplicas,
@@ -28,7 +31,7 @@ from controller._perf import (
     prefill_capacity,
     uncached_prefill_demand,
 )
-from controller._policy import ColdStartTracker, PdscalePolicy, build_policy, policy_settings
+from controller._policy import ColdStartTracker, PdscalePolicy, build_forecasts, build_policy
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from controller._reconciler import (
     AdapterError,
@@ -37,16 +40,22 @@ from controller._reconciler import (
     ObservationSource,
     Overrides,
     Reconciler,
+    Refits,
     SourceResult,
     SystemClock,
     TickReport,
 )
+from controller._sizing import Need, SizingInputs, size
+from controller._stabilise import PoolHistory, Stabilised, bound, stabilise
 
-__all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Clock", "ColdStartTracker",
-           "ConstrainedPolicy", "Constraints", "DecisionRecord", "DecodePoint",
-           "Detail", "InstanceProfile", "Observation", "ObservationSource", "Overrides",
-           "PdscalePolicy", "Policy", "PoolDecision", "PoolKey", "PoolObservation",
-           "PoolReplicas", "ProfileError", "Reconciler", "SourceResult", "SystemClock",
-           "TickReport", "apply_constraints", "build_policy", "builtin_profiles",
-           "decode_batch_limit", "decode_operating_point", "load_profile",
-           "policy_settings", "prefill_capacity", "uncached_prefill_demand"]
+__all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
+           "ColdStartTracker", "ConstrainedPolicy", "Constraints", "DecisionRecord",
+           "DecodePoint", "Detail", "ForecastStage", "InstanceProfile", "Need",
+           "NoForecast", "Observation", "ObservationSource", "Overrides",
+           "PdscalePolicy", "Policy", "PoolDecision", "PoolForecast", "PoolHistory",
+           "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError", "Reconciler",
+           "Refits", "SizingInputs", "SourceResult", "Stabilised", "SystemClock",
+           "TickReport", "apply_constraints", "bound", "build_forecasts",
+           "build_policy", "builtin_profiles", "decode_batch_limit",
+           "decode_operating_point", "load_profile", "prefill_capacity", "size",
+           "stabilise", "uncached_prefill_demand"]

@@ -80,9 +80,9 @@ def create_app(controller: Controller) -> FastAPI:
 
     @app.get("/v1/forecast", summary="Latest forecast per pool: horizons and quantiles")
     def forecast() -> JSONResponse:
-        out = {}
-        for key, table in list(controller.policy.last_forecast.items()):
-            out[f"{key[0]}/{key[1].value}"] = table
+        out = {f"{key[0]}/{key[1].value}": record.forecast.as_dict()
+               for key, record in list(controller.reconciler.last.items())
+               if record.forecast is not None}
         return JSONResponse({"unit": {"prefill": "uncached prompt tokens/s",
                                       "decode": "generated tokens/s"}, "pools": out})
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from controller._forecast import ForecastStage
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
 from controller._kube import KubeScaleActuator
 from controller._perf import uncached_prefill_demand
-from controller._policy import PdscalePolicy
 from controller._reconciler import AdapterError, SourceResult
 from controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
@@ -119,7 +119,7 @@ class ClusterSource:
         return SourceResult(Observation(now_s, pools), errors, staleness)
 
 
-def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolicy, *,
+def warm_from_history(spec: Spec, reader: PrometheusReader, forecasts: ForecastStage, *,
                       now_s: float, history_s: float, step_s: float = 60.0
                       ) -> dict[PoolKey, int]:
     """Feed each pool's forecaster its demand history (prefill: uncached prompt tokens/s;
@@ -139,8 +139,8 @@ def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolic
         hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
         uncached = [uncached_prefill_demand(v, hit_at.get(t))
                     for t, v in zip(times, values, strict=True)]
-        taken[key] = policy.warm(key, times, uncached)
+        taken[key] = forecasts.warm(key, times, uncached)
     for key, (times, values) in gen.items():
         if key[1] is Role.DECODE:
-            taken[key] = policy.warm(key, times, values)
+            taken[key] = forecasts.warm(key, times, values)
     return taken

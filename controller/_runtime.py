@@ -23,7 +23,7 @@ from controller._constraints import Constraints
 from controller._interface import PoolKey
 from controller._kube import KubePodLabeler, KubeScaleActuator, ScaleRef, ScaleStatus
 from controller._leader import LeaseElector
-from controller._policy import build_policy
+from controller._policy import build_forecasts, build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
 from controller._simbackend import SimBackend
 from controller._webhook import AlertReceiver, WebhookAuthenticator
@@ -158,7 +158,8 @@ class Controller:
         else:
             assert self.api is not None, "a Kubernetes API client, sim_url or backend"
             self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
-        self.policy = build_policy(spec)
+        self.forecasts = build_forecasts(spec)
+        self.policy = build_policy(spec, forecasts=self.forecasts)
         elect = c.leader_election.enabled if self.leader_election is None \
             else self.leader_election
         self.elector: LeaseElector | None = None
@@ -172,7 +173,8 @@ class Controller:
             self.policy, ClusterSource(spec, self.reader, self.kube), self.kube, self.clock,
             constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
             tick_s=float(c.tick), mode=c.mode, dry_run=dry,
-            is_leader=self.elector.is_leader if self.elector else (lambda: True))
+            is_leader=self.elector.is_leader if self.elector else (lambda: True),
+            forecasts=self.forecasts)
         self.authenticator = WebhookAuthenticator(spec.reactions.auth)
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
@@ -224,14 +226,14 @@ class Controller:
         self.kube.prime()
         now = self.clock.now()
         try:
-            taken = warm_from_history(self.spec, self.reader, self.policy, now_s=now,
+            taken = warm_from_history(self.spec, self.reader, self.forecasts, now_s=now,
                                       history_s=float(self.spec.controller.prometheus.history))
             self.warm_result = {"ok": True, "points": {f"{k[0]}/{k[1].value}": n
                                                        for k, n in taken.items()}}
-            for key in self.policy.pending_refits(now):
-                self.policy.refit(key, now)
-            for key in self.policy.stale_forecasts(now, within_s=0.0):
-                self.policy.refresh_forecast(key, now)
+            for key in self.forecasts.pending_refits(now):
+                self.forecasts.refit(key, now)
+            for key in self.forecasts.stale_forecasts(now, within_s=0.0):
+                self.forecasts.refresh_forecast(key, now)
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             self.reconciler.errors.append(AdapterError("prometheus", "unavailable",
                                                        f"history warm-up: {exc}", None, now))

@@ -577,7 +577,8 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     service = spec.service(prepared.setup.service)
     world = EventWorld(prepared.setup, prepared.trace,
                        observation_delay_s=options.observation_delay_s)
-    attach_reconciler(world, prepared.policy, spec=prepared.spec)
+    attach_reconciler(world, prepared.policy, spec=prepared.spec,
+                      forecasts=prepared.forecasts)
     sim = world.sim
     cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
                           pod_prefix={r: service.pools[r].target.name for r in Role},

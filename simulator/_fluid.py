@@ -32,7 +32,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controller import Policy, PoolReplicas, decode_batch_limit, uncached_prefill_demand
+from controller import (
+    Policy,
+    PoolReplicas,
+    Refits,
+    decode_batch_limit,
+    uncached_prefill_demand,
+)
 from pdscale.spec import Role, Spec
 from simulator._event import PoolSetup, SimSetup, hist_quantile
 from simulator._trace import Trace
@@ -460,10 +466,11 @@ class FluidWorld(World):
 
 def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,
               observation_delay_s: float = 30.0, spec: Spec | None = None,
+              forecasts: Refits | None = None,
               progress: Callable[[float], None] | None = None) -> SimResult:
     """Replay ``load`` in fluid mode with ``policy`` in the production reconcile loop."""
     world = FluidWorld(setup, load, observation_delay_s=observation_delay_s)
-    return run_world(world, policy, spec=spec, progress=progress)
+    return run_world(world, policy, spec=spec, forecasts=forecasts, progress=progress)
 
 
 def _scale(pool: _Pool, desired: int, t: float, drain_s: float) -> None:

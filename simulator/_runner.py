@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from controller import Policy, PoolReplicas
+from controller import Policy, PoolReplicas, Refits
 from pdscale.spec import Role, Spec
 from simulator._event import (
     EventSimulator,
@@ -238,11 +238,12 @@ def _pct(values: np.ndarray[Any, Any], q: float) -> float | None:
     return float(np.percentile(v, q)) if len(v) else None
 
 
-def attach_reconciler(world: EventWorld, policy: Policy, *, spec: Spec | None = None) -> None:
+def attach_reconciler(world: EventWorld, policy: Policy, *, spec: Spec | None = None,
+                      forecasts: Refits | None = None) -> None:
     """Tick the production controller at every simulated tick of ``world`` while something
     else advances its simulator (live mode advances it with the wall clock)."""
     clock = SimClock()
-    reconciler = build_reconciler(world, policy, clock=clock, spec=spec)
+    reconciler = build_reconciler(world, policy, clock=clock, spec=spec, forecasts=forecasts)
     collect = world._on_sim_tick
 
     def on_tick(sim: EventSimulator, now: float) -> None:
@@ -255,10 +256,11 @@ def attach_reconciler(world: EventWorld, policy: Policy, *, spec: Spec | None = 
 
 def run_event(setup: SimSetup, trace: Trace, policy: Policy, *,
               observation_delay_s: float = 30.0, spec: Spec | None = None,
+              forecasts: Refits | None = None,
               progress: Callable[[float], None] | None = None) -> SimResult:
     """Replay ``trace`` in event mode with ``policy`` in the production reconcile loop."""
     world = EventWorld(setup, trace, observation_delay_s=observation_delay_s)
-    return run_world(world, policy, spec=spec, progress=progress)
+    return run_world(world, policy, spec=spec, forecasts=forecasts, progress=progress)
 
 
 def _summary(world: EventWorld, wall_s: float) -> dict[str, Any]:

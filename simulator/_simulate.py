@@ -19,6 +19,7 @@ import numpy as np
 
 from controller import (
     HEADROOM,
+    ForecastStage,
     Policy,
     decode_operating_point,
     prefill_capacity,
@@ -95,10 +96,19 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     return DemandPlan(p, d)
 
 
-def _policy(name: str, setup: SimSetup, plan: DemandPlan, spec: Spec) -> Policy:
-    """The policy ``name`` for the simulated service; pdscale's is built from the spec
-    exactly as ``pdscale run`` builds it (its controller settings, the pools' profiles, the
-    cold start the simulation uses)."""
+def _pdscale(setup: SimSetup, spec: Spec) -> tuple[Policy, ForecastStage]:
+    """pdscale's policy and forecast stage, built from the spec as ``pdscale run`` builds
+    them (its controller settings, the pools' profiles), with the simulation's cold start."""
+    from controller import build_forecasts, build_policy
+
+    cold = {(setup.service, Role.PREFILL): setup.prefill.cold_start_s,
+            (setup.service, Role.DECODE): setup.decode.cold_start_s}
+    forecasts = build_forecasts(spec, cold_start_s=cold)
+    return build_policy(spec, forecasts=forecasts, cold_start_s=cold), forecasts
+
+
+def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
+    """A baseline policy ``name`` for the simulated service."""
     if name == "static":
         return StaticPolicy()
     if name == "reactive":
@@ -107,12 +117,6 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan, spec: Spec) -> Policy:
     if name == "dynamo":
         return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
-    if name == "pdscale":
-        from controller import build_policy
-
-        return build_policy(spec, cold_start_s={
-            (setup.service, Role.PREFILL): setup.prefill.cold_start_s,
-            (setup.service, Role.DECODE): setup.decode.cold_start_s})
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
@@ -155,6 +159,8 @@ class Prepared:
     policy: Policy
     spec: Spec
     """The spec narrowed to the simulated service: its constraints and telemetry."""
+    forecasts: ForecastStage | None
+    """pdscale's forecast stage (the loop refits it); None for the baselines."""
     mode: str
     trace: Trace | None
     load: FluidLoad | None
@@ -210,7 +216,11 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
     # cluster running this one service.
     one = spec.model_copy(update={"services": (service,)})
-    policy = _policy(options.policy, setup, plan, one)
+    forecasts = None
+    if options.policy == "pdscale":
+        policy, forecasts = _pdscale(setup, one)
+    else:
+        policy = _policy(options.policy, setup, plan)
     capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
     meta: dict[str, Any] = {
         "service": service.name,
@@ -228,7 +238,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     }
     if trace is not None and trace.notes:
         meta["trace_notes"] = list(trace.notes)
-    return Prepared(setup, policy, one, mode, trace, load, meta)
+    return Prepared(setup, policy, one, forecasts, mode, trace, load, meta)
 
 
 def world_for(prepared: Prepared, options: SimOptions) -> World:
@@ -249,7 +259,8 @@ def simulate(spec: Spec, options: SimOptions, *, policy: Policy | None = None,
     ``options.policy`` names (a baseline at other settings)."""
     prepared = prepare(spec, options)
     result = run_world(world_for(prepared, options), policy or prepared.policy,
-                       spec=prepared.spec, progress=progress)
+                       spec=prepared.spec, progress=progress,
+                       forecasts=prepared.forecasts if policy is None else None)
     result.summary.update(prepared.meta)
     return result, prepared.meta
 

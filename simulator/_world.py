@@ -38,6 +38,7 @@ from controller import (
     PoolObservation,
     PoolReplicas,
     Reconciler,
+    Refits,
     SourceResult,
     TickReport,
 )
@@ -165,23 +166,26 @@ class World(ABC):
 
 
 def build_reconciler(world: World, policy: Policy, *, clock: SimClock,
-                     spec: Spec | None = None) -> Reconciler:
+                     spec: Spec | None = None, forecasts: Refits | None = None) -> Reconciler:
     """The production reconcile loop over ``world``: the spec's constraints (P:D ratio
-    bounds, GPU budget) and telemetry when given (a run from a spec), none otherwise."""
+    bounds, GPU budget) and telemetry when given (a run from a spec), none otherwise;
+    ``forecasts`` refitted in the foreground."""
     constraints = Constraints.from_spec(spec) if spec is not None else \
         Constraints(gpu_budget=None, priority={}, slo_s={}, ratio={})
     return Reconciler(policy, world, world, clock, constraints=constraints,
                       telemetry=ControllerTelemetry(spec), tick_s=world.setup.tick_s,
-                      refit_in_background=False)
+                      forecasts=forecasts, refit_in_background=False)
 
 
 def run_world(world: World, policy: Policy, *, spec: Spec | None = None,
+              forecasts: Refits | None = None,
               progress: Callable[[float], None] | None = None) -> SimResult:
     """Run ``policy`` in the production reconcile loop over ``world`` until the run is over:
-    the one loop of event and fluid mode."""
+    the one loop of event and fluid mode. ``forecasts``: the policy's forecast stage, whose
+    refits the loop runs (in the foreground, on the simulated clock)."""
     started = time.perf_counter()
     clock = SimClock()
-    reconciler = build_reconciler(world, policy, clock=clock, spec=spec)
+    reconciler = build_reconciler(world, policy, clock=clock, spec=spec, forecasts=forecasts)
     tick_s = world.setup.tick_s
     report_every = max(1, math.ceil(world.span_s / tick_s / 100))
     t, ticks = 0.0, 0

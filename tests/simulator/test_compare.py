@@ -54,11 +54,13 @@ def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> 
         prepared = prepare(which, SimOptions(policy="pdscale", duration_s=600.0))
         policy = prepared.policy
         assert isinstance(policy, PdscalePolicy)
-        assert (policy.quantile, policy.stabilisation_s, policy.burst_window_s,
-                policy.max_step_down, policy.tick_s) == expect
+        c = policy.settings
+        assert (c.scale_up_quantile, c.stabilisation, c.burst_window, c.max_step_down,
+                policy.tick_s) == expect
         assert prepared.setup.tick_s == expect[4]  # the world ticks with the controller
-        forecaster = next(iter(policy.state.values())).forecaster
-        assert forecaster is not None and forecaster.model.quantiles == (0.5, expect[0])
+        assert prepared.forecasts is policy.forecasts is not None  # the loop refits them
+        forecaster = next(iter(prepared.forecasts.forecasters.values()))
+        assert forecaster.model.quantiles == (0.5, expect[0])
         # The constraints and telemetry are the simulated service's alone.
         assert [s.name for s in prepared.spec.services] == [spec.services[0].name]
 
