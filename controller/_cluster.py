@@ -84,7 +84,7 @@ class ClusterSource:
             errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
         pools: dict[PoolKey, PoolObservation] = {}
-        staleness: dict[PoolKey, dict[str, float | None]] = {}
+        staleness: dict[PoolKey, dict[Signal, float | None]] = {}
         statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services
                                             for role in s.pools])
         for svc in self.spec.services:
@@ -103,8 +103,8 @@ class ClusterSource:
                               for sig, v in values.items()}
                 values = {sig: v for sig, v in values.items() if sig not in HEALTH_SIGNALS}
                 ages = [v.age_s for v in values.values() if v.age_s is not None]
-                staleness[key] = {sig.value: v.age_s for sig, v in values.items()}
-                staleness[key][Signal.SAMPLE_AGE_S.value] = sample_age
+                staleness[key] = {sig: v.age_s for sig, v in values.items()}
+                staleness[key][Signal.SAMPLE_AGE_S] = sample_age
                 replicas = PoolReplicas(
                     ready=status.ready, starting=max(0, status.desired - status.ready),
                     draining=max(0, status.replicas - status.desired), desired=status.desired,

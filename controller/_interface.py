@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from pdscale.spec import Role
+from pdscale.spec import PoolKey
 from telemetry import Signal
 
 __all__ = [
@@ -30,8 +30,6 @@ __all__ = [
     "PoolReplicas",
 ]
 
-PoolKey = tuple[str, Role]
-"""(service name, role)."""
 
 
 @dataclass(frozen=True)

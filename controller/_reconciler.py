@@ -34,7 +34,7 @@ from controller._interface import (
     PoolKey,
 )
 from pdscale.errors import GiveUp, RetryLater
-from telemetry import ControllerTelemetry
+from telemetry import ControllerTelemetry, Signal
 
 __all__ = ["AdapterError", "Clock", "DecisionRecord", "ObservationSource", "Overrides",
            "Reconciler", "Refits", "SourceResult", "SystemClock", "TickReport"]
@@ -95,7 +95,7 @@ class AdapterError:
 class SourceResult:
     observation: Observation
     errors: list[AdapterError] = field(default_factory=list)
-    staleness: dict[PoolKey, dict[str, float | None]] = field(default_factory=dict)
+    staleness: dict[PoolKey, dict[Signal, float | None]] = field(default_factory=dict)
 
 
 class ObservationSource(Protocol):

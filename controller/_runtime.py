@@ -246,9 +246,10 @@ class Controller:
         if self.elector is None:
             return True
         leader = self.elector.step()
-        if self.elector.last_error:
-            self.telemetry.record_error("lease", "error")
-            log.warning("%s", self.elector.last_error)
+        failure = self.elector.failure
+        if failure is not None:
+            self.telemetry.record_error(failure.adapter, getattr(failure, "kind", "error"))
+            log.warning("%s", failure)
         self.telemetry.leader.set(1 if leader else 0, {})
         return leader
 

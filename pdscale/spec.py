@@ -46,6 +46,7 @@ __all__ = [
     "DynamoSettings",
     "Engine",
     "LeaderElectionSettings",
+    "PoolKey",
     "PoolSelector",
     "PoolSpec",
     "PrometheusSettings",
@@ -82,6 +83,11 @@ class Engine(StrEnum):
 class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+PoolKey = tuple[str, Role]
+"""A pool: (service name, role). One name for it in the controller, telemetry and the
+simulator."""
 
 
 # Default latency histogram buckets (seconds) as the engines export them. vLLM: V1 engine

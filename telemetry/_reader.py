@@ -29,13 +29,12 @@ from typing import Any
 import requests
 
 from pdscale.errors import GiveUp, RetryLater
-from pdscale.spec import Role, Spec
+from pdscale.spec import PoolKey, Role, Spec
 from telemetry._catalog import Signal, recorded_name
 
 __all__ = ["PrometheusAuth", "PrometheusQueryError", "PrometheusReader",
            "PrometheusUnavailable", "SignalValue"]
 
-PoolKey = tuple[str, Role]
 MAX_POINTS_PER_QUERY = 10_000
 _STAMP = "pdscale_sample_time"
 

@@ -76,3 +76,26 @@ def test_spec_public_names() -> None:
     for name in spec.__all__:
         assert hasattr(spec, name), name
     assert {"Spec", "SpecError", "load_spec", "parse_spec"} <= set(spec.__all__)
+
+
+def test_one_name_for_one_concept() -> None:
+    """PoolKey is defined once (pdscale.spec) and the error tree has one base; every adapter's
+    errors derive from its RetryLater/GiveUp split."""
+    import re
+    from pathlib import Path
+
+    from controller._kube import KubeRejected, KubeUnavailable
+    from controller._leader import LeaseRejected, LeaseUnavailable
+    from pdscale.errors import GiveUp, RetryLater
+    from telemetry import PrometheusQueryError, PrometheusUnavailable
+
+    root = Path(__file__).resolve().parent.parent
+    packages = ("pdscale", "telemetry", "forecasting", "controller", "alerts", "dashboards",
+                "simulator")
+    defined = [p for pkg in packages for p in (root / pkg).rglob("*.py")
+               if re.search(r"^PoolKey\s*=", p.read_text(), re.M)]
+    assert [p.relative_to(root).as_posix() for p in defined] == ["pdscale/spec.py"]
+    for retry in (PrometheusUnavailable, KubeUnavailable, LeaseUnavailable):
+        assert issubclass(retry, RetryLater)
+    for give_up in (PrometheusQueryError, KubeRejected, LeaseRejected):
+        assert issubclass(give_up, GiveUp)

@@ -14,7 +14,7 @@ from controller import ForecastStage, build_forecasts, build_policy
 from controller._constraints import Constraints
 from controller._reconciler import Reconciler
 from pdscale.spec import Role, Spec, parse_spec
-from telemetry import ControllerTelemetry
+from telemetry import ControllerTelemetry, Signal
 from tests.controller.memory_cluster import ManualClock, MemoryCluster
 
 SPEC = """
@@ -256,7 +256,7 @@ def test_the_controller_exports_every_series_its_dashboards_and_alerts_read() ->
 
     def with_ages(now_s: float):  # type: ignore[no-untyped-def]
         result = original(now_s)
-        result.staleness = {k: {"prompt_tokens_per_s": 12.0} for k in cluster.pools}
+        result.staleness = {k: {Signal.PROMPT_TOKENS_PER_S: 12.0} for k in cluster.pools}
         return result
 
     cluster.observe = with_ages  # type: ignore[method-assign]
