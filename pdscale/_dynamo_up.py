@@ -36,7 +36,7 @@ def up_dynamo(spec: Spec, folder: Path) -> int:
     """Start the stack and Prometheus; print the URLs; 0, 1 (a process failed) or 2 (bad
     input: no dynamo service, Dynamo or Prometheus not installed)."""
     from alerts import alert_files
-    from simulator._stack import DynamoStack, StackError, dynamo_python
+    from simulator import DynamoStack, StackError, dynamo_python
 
     service = next((s for s in spec.services if s.engine is Engine.DYNAMO), None)
     if service is None:

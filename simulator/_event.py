@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from controller._profiles import InstanceProfile
+from controller import InstanceProfile
 from pdscale.spec import Role
 from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 

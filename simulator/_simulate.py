@@ -22,10 +22,10 @@ from controller import (
     ForecastStage,
     Policy,
     decode_operating_point,
+    load_profile,
     prefill_capacity,
     uncached_prefill_demand,
 )
-from controller._profiles import load_profile
 from pdscale.spec import Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
 from simulator._fluid import FluidLoad, FluidWorld, fluid_load_from_servegen, fluid_load_from_trace
