@@ -21,14 +21,8 @@ import numpy as np
 
 from controller import Policy, PoolReplicas, Refits
 from pdscale.spec import Role, Spec
-from simulator._event import (
-    EventSimulator,
-    SimSetup,
-    _DecodeReplica,
-    _PrefillReplica,
-    _State,
-    hist_quantile,
-)
+from simulator._event import EventSimulator
+from simulator._setup import SimSetup, _DecodeReplica, _PrefillReplica, _State, hist_quantile
 from simulator._trace import Trace
 from simulator._world import PoolSignals, SimClock, SimResult, World, build_reconciler, run_world
 from telemetry import RATE_WINDOW_S, Signal
