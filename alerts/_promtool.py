@@ -38,6 +38,7 @@ from telemetry import (
     metric_names_in,
     pool_expr,
     recorded_name,
+    series_refs,
     slo_error_ratio_expr,
     slo_error_ratio_record,
 )
@@ -286,7 +287,9 @@ def _scenario_test(spec: Spec, d: AlertDef, baseline: Baseline,
 
     warn_first = [m for m in fires("warning") if m >= 0]
     crit_first = [m for m in fires("critical") if m >= 0]
-    where = f"{d.name} {d.service.name}/{d.role.value} {severity} scenario"
+    group = d.tiers[0].labels.get("signal_group")
+    name = f"{d.name}[{group}]" if group else d.name
+    where = f"{name} {d.service.name}/{d.role.value} {severity} scenario"
     if any(f for _, sim in sims for m, (f, _) in sim.items() if m < H):
         raise ScenarioError(f"{where}: an alert fires on the healthy baseline")
     if not warn_first:
@@ -374,13 +377,16 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
 
     for role in Role:
         have = engine_signals(service, role)
-        # Gauges summed over two pods: 3 + 4 waiting.
-        expr = pool_expr(Signal.QUEUE_DEPTH, service, role) if Signal.QUEUE_DEPTH in have \
-            else None
-        if expr is not None:
-            (metric,) = metric_names_in(expr)
+        # Gauges summed over two pods: 3 + 4 waiting, in the required series only: the
+        # optional ones (a newer engine's breakdown, a P/D-only queue) are absent, and the
+        # recorded queue must not be empty because of it.
+        refs = series_refs(Signal.QUEUE_DEPTH, service, role) if Signal.QUEUE_DEPTH in have \
+            else []
+        required = [r for r in refs if not r.optional]
+        if required:
+            metric = required[0].metric
             for variant, v in ((0, 3), (1, 4)):
-                labels = _example_labels(expr, metric, variant)
+                labels = _example_labels(required[0].selector(), metric, variant)
                 if labels is None:
                     return None
                 if "pod" not in labels:

@@ -104,7 +104,9 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
         "inhibit_rules": [{
             "source_matchers": ['severity="critical"'],
             "target_matchers": ['severity="warning"'],
-            "equal": ["namespace", "alertname", "pdscale_service", "pdscale_pool"],
+            # signal_group: one absent group must not mute another's warning.
+            "equal": ["namespace", "alertname", "pdscale_service", "pdscale_pool",
+                      "signal_group"],
         }],
     }
 

@@ -272,6 +272,16 @@ def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> l
           "Requests are failing.",
           f"{where}: {{{{ $value | humanizePercentage }}}} of requests failed over 5 minutes.",
           bound=1.0)
+    # P/D "cache write" failures: the KV a prefill wrote never reaches its decode instance.
+    gauge("LLMKVTransferFailing", Signal.KV_TRANSFER_FAILURES_PER_S, th.kv_transfer_failures,
+          "P/D KV-cache transfers are failing.",
+          f"{where}: {{{{ $value | humanize }}}} KV transfers failed per second; their requests "
+          "fail or are recomputed (check the KV connector and the network between pools).")
+    gauge("LLMKVHandoffFailing", Signal.KV_HANDOFF_FAILURES_PER_S, th.kv_transfer_failures,
+          "P/D KV-cache hand-offs are failing.",
+          f"{where}: {{{{ $value | humanize }}}} requests per second lost their KV hand-off "
+          "(expired before decode read it, or the bootstrap failed); decode may be too slow "
+          "to pick them up.")
     gauge("LLMGPUMemoryNearFull", Signal.GPU_MEMORY_USED_MAX_RATIO, th.gpu_memory,
           "GPU memory is nearly full.",
           f"{where}: the fullest GPU has {{{{ $value | humanizePercentage }}}} of its memory "
@@ -282,8 +292,8 @@ def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> l
     if Signal.GPU_XID_ERRORS in have:
         defs.append(_xid_alert(settings, service, role))
     defs.append(_target_down_alert(service, role, th.target_down, where))
-    if Signal.QUEUE_DEPTH in have:
-        defs.append(_absent_alert(service, role, th.metrics_absent_for, where))
+    for group, signal in absence_groups(service, role):
+        defs.append(_absent_alert(service, role, th.metrics_absent_for, where, group, signal))
     defs.append(_scaling_stuck_alert(service, role, th.scaling_stuck, pool.cold_start, where))
     defs.append(_control_plane_alert(service, role, th.control_plane_stale, where))
     defs.extend(_burn_rate_alerts(settings, service, role, where))
@@ -457,22 +467,56 @@ def _target_down_alert(service: ServiceSpec, role: Role, tiers: Any, where: str)
     )
 
 
-def _absent_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> AlertDef:
-    waiting = recorded_name(Signal.QUEUE_DEPTH)
-    expr = f"absent({waiting}{{{pool_matchers(service, role)}}})"
+SIGNAL_GROUPS: tuple[tuple[str, dict[Role, Signal]], ...] = (
+    ("latency", {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}),
+    ("queue", {Role.PREFILL: Signal.QUEUE_DEPTH, Role.DECODE: Signal.QUEUE_DEPTH}),
+    ("kv", {Role.PREFILL: Signal.KV_CACHE_USAGE_MAX_RATIO,
+            Role.DECODE: Signal.KV_CACHE_USAGE_MAX_RATIO}),
+    ("tokens", {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
+                Role.DECODE: Signal.GENERATION_TOKENS_PER_S}),
+    # The error ratio is empty without traffic; the request counter behind it is not.
+    ("errors", {Role.PREFILL: Signal.REQUEST_RATE, Role.DECODE: Signal.REQUEST_RATE}),
+    ("gpu", {Role.PREFILL: Signal.GPU_UTILIZATION_RATIO,
+             Role.DECODE: Signal.GPU_UTILIZATION_RATIO}),
+)
+"""One watched recorded series per signal group and role: each group's absence alert fires
+when the series is absent, i.e. when every selector behind it matches nothing. Each watched
+series exists (possibly NaN) at zero traffic as long as its engine series exist."""
+
+
+def absence_groups(service: ServiceSpec, role: Role) -> list[tuple[str, Signal]]:
+    """(group, watched signal) for the groups this pool's engine provides."""
+    have = engine_signals(service, role)
+    out = []
+    for group, by_role in SIGNAL_GROUPS:
+        signal = by_role[role]
+        if group == "errors" and Signal.ERROR_RATIO not in have:
+            continue
+        if signal in have:
+            out.append((group, signal))
+    return out
+
+
+def _absent_alert(service: ServiceSpec, role: Role, tiers: Any, where: str, group: str,
+                  signal: Signal) -> AlertDef:
+    series = recorded_name(signal)
+    expr = f"absent({series}{{{pool_matchers(service, role)}}})"
 
     def value(frame: Frame, minute: int) -> float | None:
-        return 1.0 if frame.at(waiting, role, minute) is None else None
+        return 1.0 if frame.at(series, role, minute) is None else None
 
+    labels = {"signal_group": group}
     return AlertDef(
         name="LLMPoolMetricsAbsent", service=service, role=role,
-        summary="The pool exports no engine metrics.",
-        description=f"{where}: no engine metrics for the pool; pdscale cannot see its load "
-                    "and holds its size.",
-        tiers=(TierDef("warning", expr, tiers.warning.for_, value),
-               TierDef("critical", expr, tiers.critical.for_, value)),
-        reads={waiting: None},
-        levels={"warning": {waiting: _stale}, "critical": {waiting: _stale}},
+        summary="A signal group of the pool has no data.",
+        description=f"{where}: no {group} data ({signal.value}, recorded as {series}): its "
+                    "engine series are missing or the pool's selector matches nothing; the "
+                    "alerts and dashboards that read it are blind (pdscale check SPEC "
+                    "--prometheus URL says which matcher).",
+        tiers=(TierDef("warning", expr, tiers.warning.for_, value, labels=labels),
+               TierDef("critical", expr, tiers.critical.for_, value, labels=labels)),
+        reads={series: None},
+        levels={"warning": {series: _stale}, "critical": {series: _stale}},
         escalates_by_duration=True,
     )
 

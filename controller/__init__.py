@@ -52,6 +52,7 @@ from controller._sizing import Need, SizingInputs, size
 from controller._stabilise import PoolHistory, Stabilised, bound, stabilise
 
 if TYPE_CHECKING:
+    from controller._api import create_app as create_app
     from controller._process import (
         ProcessActuator as ProcessActuator,
     )
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "create_app": "controller._api",
     "Controller": "controller._runtime",
     "KubeConfigError": "controller._runtime",
     "is_loopback": "controller._runtime",
@@ -139,9 +141,9 @@ __all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Cause", "Cl
            "ProcessActuator", "ProfileError", "Reconciler", "Refits", "SizingInputs",
            "SourceResult", "Stabilised", "SystemClock", "TickReport", "WorkerTemplate",
            "apply_constraints", "bound", "build_forecasts", "build_policy",
-           "builtin_profiles", "decode_batch_limit", "decode_operating_point",
-           "free_loopback_port", "hpa_manifests", "is_loopback", "keda_manifests",
-           "kube_client", "load_profile", "prefill_capacity", "process_start_ticks",
-           "reader_from_spec", "serve", "size", "spawn_process", "stabilise",
-           "stop_pids", "stop_recorded", "sum_metric", "targets_file_name",
-           "uncached_prefill_demand"]
+           "builtin_profiles", "create_app", "decode_batch_limit",
+           "decode_operating_point", "free_loopback_port", "hpa_manifests",
+           "is_loopback", "keda_manifests", "kube_client", "load_profile",
+           "prefill_capacity", "process_start_ticks", "reader_from_spec", "serve",
+           "size", "spawn_process", "stabilise", "stop_pids", "stop_recorded",
+           "sum_metric", "targets_file_name", "uncached_prefill_demand"]

@@ -14,8 +14,12 @@ each tick and keeps each pool's state (its capacity model, cold-start tracker an
 4. stabilise and bound (:mod:`controller._stabilise`, pure): up at once, down after the
    window and in steps, within min and max.
 
-TTFT includes the wait for a decode slot: while the service's decode pool has a backlog, a
-TTFT miss is decode's, and prefill neither reacts to it nor lowers its capacity estimate. A
+TTFT includes the wait for a decode slot: while the service's decode pool has a backlog, and
+for the recorded latency's window after it (``telemetry.RATE_WINDOW_S``: the p95 still carries
+those waits; seen on a real Dynamo stack, TTFT p95 85 s a minute after decode caught up), a
+TTFT miss is decode's, and prefill neither reacts to it nor lowers its capacity estimate.
+Prefill demand is the engine's own count of computed (uncached) prompt tokens where it exports
+one (vLLM 0.34+), else prompt tokens x (1 - prefix hit). A
 request's prompt length is the service's, whichever pool reports it. Cross-pool constraints
 (GPU budget, P:D ratio) follow in the reconcile loop (:mod:`controller._constraints`).
 
@@ -47,7 +51,7 @@ from controller._profiles import load_profile
 from controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL, SizingInputs, size
 from controller._stabilise import PoolHistory, bound, stabilise
 from pdscale.spec import ControllerSettings, Role, Spec
-from telemetry import Signal
+from telemetry import RATE_WINDOW_S, Signal
 
 __all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_forecasts",
            "build_policy"]
@@ -121,13 +125,19 @@ class PdscalePolicy:
         self.forecasts = forecasts
         self.state = {key: PoolPolicyState(model, ColdStartTracker(cold_start_s[key]))
                       for key, model in capacity.items()}
+        self.decode_backlog_at: dict[str, float] = {}
+        """Per service, when its decode pool last had a backlog."""
 
     def lead_s(self, key: PoolKey) -> float:
         return self.state[key].cold_start.p90_s + self.tick_s
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
-        decode_backlog = {key[0] for key, pool in observation.pools.items()
-                          if key[1] is Role.DECODE and _backlogged(pool)}
+        now = observation.now_s
+        for key, pool in observation.pools.items():
+            if key[1] is Role.DECODE and _backlogged(pool):
+                self.decode_backlog_at[key[0]] = now
+        decode_backlog = {service for service, at in self.decode_backlog_at.items()
+                          if now - at <= RATE_WINDOW_S}
         prompt_len: dict[str, float] = {}
         for key, pool in observation.pools.items():
             value = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
@@ -163,7 +173,8 @@ class PdscalePolicy:
         if key[1] is Role.PREFILL and ctx.decode_backlogged and not backlogged and \
                 latency is not None and latency > st.capacity.slo_s:
             note = (f"{LATENCY_SIGNAL[key[1]].value} {latency:.3g}s over the SLO while decode "
-                    f"is backlogged: decode's miss, not prefill's")
+                    f"is or was backlogged (within {RATE_WINDOW_S:.0f}s): decode's miss, not "
+                    "prefill's")
             latency = None  # no reaction and no learning here
         st.capacity.observe_latency(latency_p95_s=latency,
                                     demand_per_replica=demand / max(pool.replicas.ready, 1),
@@ -189,7 +200,10 @@ class PdscalePolicy:
         hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if demand is None:
             return self._degraded(key, pool)
-        if key[1] is Role.PREFILL:
+        computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
+        if key[1] is Role.PREFILL and computed is not None:
+            demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
+        elif key[1] is Role.PREFILL:
             demand = uncached_prefill_demand(demand, hit)
         per_replica, latency, note = self._observe(key, pool, ctx, demand)
         if self.forecasts is not None:

@@ -244,8 +244,11 @@ def _decode(spec: Spec) -> dash_b.Dashboard:
     ], "percentunit", soft_max=1))
     b = b.with_panel(_timeseries("Running and waiting sequences", [
         (_q(Signal.RUNNING_REQUESTS, _pool(role)), "running {{pdscale_service}}"),
-        (_q(Signal.QUEUE_DEPTH, _pool(role)), "waiting {{pdscale_service}}"),
-    ], "short", width=8))
+        (_q(Signal.QUEUE_DEPTH, _pool(role)), "waiting for capacity {{pdscale_service}}"),
+        (_q(Signal.KV_TRANSFER_WAITING, _pool(role)), "waiting for KV transfer "
+                                                      "{{pdscale_service}}"),
+    ], "short", width=8, description="Waiting for capacity is what more decode replicas "
+                                     "relieve; waiting for the KV transfer from prefill is not."))
     b = b.with_panel(_timeseries("Preemptions per second", [
         (_q(Signal.PREEMPTIONS_PER_S, _pool(role)), "{{pdscale_service}}")], "short", width=8))
     b = b.with_panel(_timeseries("Generated tokens per second", [
@@ -266,11 +269,22 @@ def _cache(spec: Spec) -> dash_b.Dashboard:
                                 "for engines that do not export it."))
     b = b.with_panel(_timeseries("KV-cache usage, fullest replica", [
         (_q(Signal.KV_CACHE_USAGE_MAX_RATIO), _POOL_LEGEND)], "percentunit", soft_max=1))
+    b = b.with_panel(_timeseries("P/D KV-transfer failures per second", [
+        (_q(Signal.KV_TRANSFER_FAILURES_PER_S), "transfer " + _POOL_LEGEND),
+        (_q(Signal.KV_HANDOFF_FAILURES_PER_S), "hand-off " + _POOL_LEGEND),
+    ], "short", fill=0, description="KV written by prefill that never reached decode: failed "
+                                    "transfers, and hand-offs that expired or failed to "
+                                    "bootstrap (vLLM NIXL, SGLang)."))
     b = b.with_panel(_timeseries("Uncached prompt tokens per second", [
         (f"{_q(Signal.PROMPT_TOKENS_PER_S, _pool('prefill'))} * (1 - "
-         f"{_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool('prefill'))})", "{{pdscale_service}}")],
+         f"{_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool('prefill'))})",
+         "estimated {{pdscale_service}}"),
+        (_q(Signal.PROMPT_TOKENS_COMPUTED_PER_S, _pool("prefill")),
+         "computed {{pdscale_service}}")],
         "short", description="The prefill pool's real work: prompt tokens the cache did not "
-                             "serve. pdscale sizes prefill on this."))
+                             "serve. pdscale sizes prefill on this: the engine's own count of "
+                             "computed tokens where it exports one (vLLM 0.34+), else prompt "
+                             "tokens x (1 - prefix hit rate)."))
     return b
 
 
@@ -332,15 +346,20 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
          _POOL_LEGEND)], "s", width=12, fill=0,
         description="Age of the newest sample behind the controller's inputs. Stale data "
                     "holds scaling (never scales down)."))
-    b = b.with_panel(_timeseries("Controller errors and tick time", [
+    # One unit a panel: failures per second, seconds, and the 0/1 lease.
+    b = b.with_panel(_timeseries("Controller adapter errors", [
         ("sum by (adapter, kind) (rate(pdscale_adapter_errors_total[$__rate_interval]))",
-         "{{adapter}} {{kind}}"),
-        ("histogram_quantile(0.99, sum by (le) (rate(pdscale_tick_duration_seconds_bucket"
-         "[$__rate_interval])))", "tick p99 (s)"),
-        ("max(pdscale_leader)", "leader"),
-    ], "short", width=12, fill=0,
+         "{{adapter}} {{kind}}")], "short", width=8, fill=0,
         description="Failed calls per second by adapter (prometheus, kubernetes, forecaster, "
-                    "lease); the 99th-percentile tick time; whether a replica holds the lease."))
+                    "lease)."))
+    b = b.with_panel(_timeseries("Controller tick time p99", [
+        ("histogram_quantile(0.99, sum by (le) (rate(pdscale_tick_duration_seconds_bucket"
+         "[$__rate_interval])))", "tick p99")], "s", width=8, fill=0,
+        description="99th-percentile time of one control tick."))
+    b = b.with_panel(_stat("Controller holds the lease", [("max(pdscale_leader)", "leader")],
+                           "bool_yes_no", width=8,
+                           description="Whether a controller replica is the leader (1) or "
+                                       "none is (0)."))
     return b
 
 

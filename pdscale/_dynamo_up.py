@@ -1,12 +1,14 @@
-"""``pdscale up --engine dynamo``: a real Dynamo stack on loopback with a real Prometheus.
+"""``pdscale up --engine dynamo``: a real Dynamo stack on loopback with everything pdscale
+runs beside it in a cluster.
 
 Starts, in the background, the spec's first ``engine: dynamo`` service as a Dynamo frontend and
-mocker workers (``simulator._stack``, each pool at its ``min_replicas``) and the distribution's
-Prometheus with the generated rules, scraping the stack through the scrape config a PodMonitor
-would amount to (``namespace``, ``pod``, role labels; workers through ``file_sd`` files that the
-process actuator keeps current). ``pdscale down`` stops the stack by the PIDs recorded in
-``<dir>/dynamo/`` and then Prometheus. The controller is not started here: nothing keeps the
-pools at size or replaces a dead worker until a controller drives the process actuator.
+mocker workers (``simulator._stack``, each pool at its ``min_replicas``), the distribution's
+Prometheus with the generated rules scraping the stack as a PodMonitor would label it
+(``namespace``, ``pod``, role labels; workers through ``file_sd`` files the process actuator
+keeps current), Alertmanager with the generated route to the controller's webhook, and the
+controller (``pdscale run --dynamo-stack``), which adopts the workers and scales them through
+the process actuator. ``pdscale down`` stops the controller, Alertmanager and Prometheus by
+their PIDs, then the stack by the PIDs recorded in ``<dir>/dynamo/``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,19 @@ from typing import Any
 
 import yaml
 
-from pdscale._servers import find_binary, free_port, prometheus_argv, wait_ready, write_rule_files
-from pdscale.spec import Engine, Role, Spec
+from pdscale._servers import (
+    alertmanager_argv,
+    alive,
+    find_binary,
+    free_port,
+    loopback_spec,
+    prometheus_argv,
+    wait_ready,
+    write_rule_files,
+)
+from pdscale.spec import Engine, Role, ServiceSpec, Spec, load_spec
 
-__all__ = ["STACK_SUBDIR", "up_dynamo"]
+__all__ = ["STACK_SUBDIR", "StackUpError", "process_backend", "up_dynamo"]
 
 STACK_SUBDIR = "dynamo"
 """Where under ``pdscale up --dir`` the Dynamo stack keeps its state, model, logs, targets."""
@@ -32,29 +43,102 @@ def _err(message: str) -> None:
     print(f"pdscale: {message}", file=sys.stderr)
 
 
-def up_dynamo(spec: Spec, folder: Path) -> int:
-    """Start the stack and Prometheus; print the URLs; 0, 1 (a process failed) or 2 (bad
-    input: no dynamo service, Dynamo or Prometheus not installed)."""
-    from alerts import alert_files
-    from simulator import DynamoStack, StackError, dynamo_python
+class StackUpError(Exception):
+    """The loopback stack cannot be driven; the message says what to do."""
 
+
+def _dynamo_service(spec: Spec) -> ServiceSpec:
     service = next((s for s in spec.services if s.engine is Engine.DYNAMO), None)
     if service is None:
-        _err("--engine dynamo needs a service with engine: dynamo in the spec; try "
-             "--spec examples/dynamo.yaml")
-        return 2
-    prometheus = find_binary("prometheus")
-    if prometheus is None:
-        _err("prometheus not found: install the distribution's package (apt-get install "
-             "prometheus, or scripts/system-deps.sh)")
-        return 2
+        raise StackUpError("--engine dynamo needs a service with engine: dynamo in the spec; "
+                           "try --spec examples/dynamo.yaml")
+    return service
+
+
+def process_backend(spec: Spec, folder: Path) -> Any:
+    """The process actuator of the stack in ``folder`` (``<up dir>/dynamo``), with the workers
+    it runs adopted: ``pdscale run --dynamo-stack`` scales them."""
+    from controller import ProcessActuator
+    from simulator import DynamoStack, StackError, dynamo_python
+
+    service = _dynamo_service(spec)
+    if not (folder / "workers.json").is_file():
+        raise StackUpError(f"{folder} holds no Dynamo stack (no workers.json): start one with "
+                           "pdscale up --engine dynamo, and pass its <dir>/dynamo")
     try:
         python = dynamo_python()
     except StackError as exc:
+        raise StackUpError(str(exc)) from exc
+    stack = DynamoStack(service, folder, python=python)
+    actuator = ProcessActuator(stack.worker_templates(python), state_file=stack.workers_file,
+                               targets_dir=stack.targets_dir, ports=stack.ports,
+                               kill_after_s=stack.kill_after_s)
+    if actuator.adopt() == 0:
+        raise StackUpError(f"no running worker recorded in {stack.workers_file}: the stack is "
+                           "down; pdscale down, then pdscale up --engine dynamo")
+    return actuator
+
+
+def _local_spec(spec: Spec, service: ServiceSpec, folder: Path, urls: dict[str, str]) -> Path:
+    """The spec as the local stack runs it: this service alone, the controller reading the
+    local Prometheus every 5 s, the webhook at the local controller (loopback, no token)."""
+    raw = loopback_spec(spec, service.name, prometheus_url=urls["prometheus"],
+                        controller_url=urls["controller"], tick_s=5)
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _start(name: str, argv: list[str], ready_url: str, folder: Path,
+           started: list[dict[str, Any]], url: str) -> None:
+    with (folder / f"{name}.log").open("w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    started.append({"name": name, "pid": proc.pid, "url": url})
+    print(f"starting {name} ...", file=sys.stderr, flush=True)
+    if not wait_ready(ready_url, 60, proc):
+        tail = (folder / f"{name}.log").read_text()[-2000:]
+        raise StackUpError(f"{name} did not come up (log {folder / (name + '.log')}):\n{tail}")
+
+
+def _prerequisites(spec: Spec) -> tuple[ServiceSpec, dict[str, str], Path]:
+    """The dynamo service, the Prometheus and Alertmanager binaries and Dynamo's Python, or
+    StackUpError saying what is missing."""
+    from simulator import StackError, dynamo_python
+
+    service = _dynamo_service(spec)
+    binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
+    missing = [name for name, path in binaries.items() if path is None]
+    if missing:
+        raise StackUpError(
+            f"{' and '.join(missing)} not found: install the distribution's packages "
+            "(apt-get install prometheus prometheus-alertmanager, or scripts/system-deps.sh)")
+    try:
+        python = dynamo_python()
+    except StackError as exc:
+        raise StackUpError(str(exc)) from exc
+    return service, {k: str(v) for k, v in binaries.items()}, python
+
+
+def up_dynamo(spec: Spec, folder: Path) -> int:
+    """Start the stack, Prometheus, Alertmanager and the controller; print the URLs; 0, 1 (a
+    process failed: everything started is stopped) or 2 (bad input: no dynamo service,
+    Dynamo, Prometheus or Alertmanager not installed)."""
+    from alerts import alert_files, alertmanager_config
+    from simulator import DynamoStack, StackError
+
+    try:
+        service, binaries, python = _prerequisites(spec)
+    except StackUpError as exc:
         _err(str(exc))
         return 2
     folder.mkdir(parents=True, exist_ok=True)
-    stack = DynamoStack(service, folder / STACK_SUBDIR, python=python)
+    f = folder.resolve()
+    ports = {name: free_port() for name in ("prometheus", "alertmanager", "controller")}
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    local = _local_spec(spec, service, f, urls)
+    local_spec = load_spec(local)
+    stack = DynamoStack(local_spec.service(service.name), f / STACK_SUBDIR, python=python)
     print("starting the Dynamo frontend and mocker workers ...", file=sys.stderr, flush=True)
     try:
         stack.start()
@@ -63,34 +147,72 @@ def up_dynamo(spec: Spec, folder: Path) -> int:
         return 1
     assert stack.actuator is not None
     stack.actuator.sync()  # the workers' scrape targets, now that they are ready
-    f = folder.resolve()
-    port = free_port()
-    rules = write_rule_files(alert_files(spec), f)
-    config: dict[str, Any] = {"global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-                              "rule_files": rules, "scrape_configs": stack.scrape_configs()}
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": write_rule_files(alert_files(local_spec), f),
+        "alerting": {"alertmanagers": [{"static_configs": [
+            {"targets": [f"127.0.0.1:{ports['alertmanager']}"]}]}]},
+        "scrape_configs": [*stack.scrape_configs(), {
+            "job_name": "pdscale", "honor_labels": True,
+            "static_configs": [{"targets": [f"127.0.0.1:{ports['controller']}"]}]}]}
     (f / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    with (f / "prometheus.log").open("w") as log:
-        proc = subprocess.Popen(prometheus_argv(prometheus, f / "prometheus.yml",
-                                                f / "prometheus-data", port),
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    if not wait_ready(f"{url}/-/ready", 60, proc):
-        proc.kill()
+    (f / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config(local_spec),
+                                                       sort_keys=False))
+    started: list[dict[str, Any]] = []
+    commands = [
+        ("prometheus", prometheus_argv(binaries["prometheus"], f / "prometheus.yml",
+                                       f / "prometheus-data", ports["prometheus"]),
+         f"{urls['prometheus']}/-/ready"),
+        ("alertmanager", alertmanager_argv(binaries["alertmanager"],
+                                           f / "alertmanager.yml", f / "alertmanager-data",
+                                           ports["alertmanager"]),
+         f"{urls['alertmanager']}/-/ready"),
+        ("controller", [sys.executable, "-m", "pdscale", "run", "--spec", str(local),
+                        "--dynamo-stack", str(f / STACK_SUBDIR), "--listen",
+                        f"127.0.0.1:{ports['controller']}", "--no-leader-election",
+                        "--log-level", "warning"], f"{urls['controller']}/healthz"),
+    ]
+    try:
+        for name, argv, ready in commands:
+            _start(name, argv, ready, f, started, urls[name])
+    except StackUpError as exc:
+        _stop_started(started)
         stack.stop()
-        _err(f"prometheus did not come up (log {f / 'prometheus.log'})")
+        _err(str(exc))
         return 1
-    state = {"processes": [{"name": "prometheus", "pid": proc.pid, "url": url}],
-             "dynamo": STACK_SUBDIR}
+    # The controller adopted the workers: this process lets go of them.
+    state = {"processes": started, "dynamo": STACK_SUBDIR}
     (f / "up.json").write_text(json.dumps(state, indent=2) + "\n")
     print(f"pdscale up: NVIDIA Dynamo on loopback for service {service.name}, state in "
           f"{folder}/")
-    print(f"  frontend    {stack.frontend_url}/v1/chat/completions  /metrics  "
+    print(f"  frontend     {stack.frontend_url}/v1/chat/completions  /metrics  "
           f"(model {service.model_name})")
     for role in Role:
         for w in stack.actuator.workers((service.name, role)):
-            print(f"  {role.value:<11} {w.name}  http://127.0.0.1:{w.port}/metrics  "
+            print(f"  {role.value:<12} {w.name}  http://127.0.0.1:{w.port}/metrics  "
                   f"pid {w.pid}")
-    print(f"  prometheus  {url}  (the generated rules; the stack's pods as a PodMonitor "
-          "would label them)")
+    print(f"  prometheus   {urls['prometheus']}  (the generated rules; the stack's pods as a "
+          "PodMonitor would label them)")
+    print(f"  alertmanager {urls['alertmanager']}  (the generated route to pdscale)")
+    print(f"  controller   {urls['controller']}/v1/status  /v1/decisions  (scales the workers)")
     print(f"stop it with: pdscale down --dir {folder}")
     return 0
+
+
+def _stop_started(started: list[dict[str, Any]]) -> None:
+    import contextlib
+    import os
+    import signal
+    import time
+
+    for p in reversed(started):
+        if alive(p["pid"]):
+            try:
+                os.killpg(p["pid"], signal.SIGTERM)
+            except OSError:
+                continue
+            deadline = time.monotonic() + 10
+            while alive(p["pid"]) and time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(p["pid"], os.WNOHANG)
+                time.sleep(0.1)

@@ -11,13 +11,16 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from pdscale.spec import Spec
 
 __all__ = [
     "alertmanager_argv",
     "alive",
     "find_binary",
     "free_port",
+    "loopback_spec",
     "prometheus_argv",
     "wait_ready",
 ]
@@ -94,3 +97,21 @@ def write_rule_files(files: Mapping[str, str], folder: Path) -> list[str]:
             path.write_text(text)
             paths.append(str(path.resolve()))
     return paths
+
+
+def loopback_spec(spec: Spec, service: str, *, prometheus_url: str, controller_url: str,
+                  tick_s: int) -> dict[str, Any]:
+    """The spec as a local stack runs it (``pdscale up``, both engines), as plain data: the one
+    service, the controller ticking every ``tick_s`` on the local Prometheus without a Lease,
+    the webhook at the local controller (loopback, so no token)."""
+    raw: dict[str, Any] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["services"] = [s for s in raw["services"] if s["name"] == service]
+    raw.pop("gpu_budget", None)
+    raw["controller"].update({"tick": tick_s, "prometheus": {
+        **raw["controller"]["prometheus"], "url": prometheus_url, "history": 3600}})
+    raw["controller"]["leader_election"]["enabled"] = False
+    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
+                                "url": f"{controller_url}/v1/alerts/alertmanager"}
+    raw["alerts"]["webhook"].pop("credentials_file", None)
+    raw["reactions"]["auth"] = {}
+    return raw

@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from pdscale import _engines
 from pdscale._regex import regex_examples
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "ControllerSettings",
     "DashboardSettings",
     "DrainSettings",
+    "DynamoHistogram",
     "DynamoSettings",
     "Engine",
     "LeaderElectionSettings",
@@ -90,27 +92,13 @@ PoolKey = tuple[str, Role]
 simulator."""
 
 
-# Default latency histogram buckets (seconds) as the engines export them. vLLM: V1 engine
-# (shared/REFERENCE.md §1). SGLang: TokenizerMetricsCollector defaults in
-# python/sglang/srt/metrics/collector.py; both can be changed on the engine's command line,
-# which is why a service may override them in its spec. Dynamo and TGI: not known here, so no
-# boundary check is made unless the spec states the buckets.
+# Default latency histogram buckets (seconds) as the engines' released versions export them;
+# the tables and the versions live in pdscale._engines (shared/REFERENCE.md §1). Engines can
+# be started with other buckets, which is why a service may state them in its spec. Dynamo's
+# are computed from its DYN_METRICS_* settings (ServiceSpec.buckets); TGI's are not known, so
+# no boundary check is made unless the spec states them.
 ENGINE_HISTOGRAM_BUCKETS: dict[Engine, dict[str, tuple[float, ...]]] = {
-    Engine.VLLM: {
-        "ttft": (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
-        "itl": (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0),
-    },
-    Engine.SGLANG: {
-        "ttft": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
-                 80.0, 100.0, 200.0, 400.0),
-        "itl": (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
-                0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0),
-    },
-    Engine.DYNAMO: {},
-    Engine.TGI: {},
-}
+    engine: dict(_engines.ENGINE_HISTOGRAM_BUCKETS[engine.value]) for engine in Engine}
 
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -235,11 +223,36 @@ class PoolSpec(_Model):
         return regex_examples(self.pod_regex, n)
 
 
-class DynamoSettings(_Model):
-    """Where a Dynamo deployment's series are: its namespace label and its worker engine."""
+class DynamoHistogram(_Model):
+    """One frontend histogram's DYN_METRICS_<TTFT|ITL>_{MIN,MAX,COUNT} as set in the
+    deployment: Dynamo's buckets are log-spaced from these, two significant digits, first
+    boundary 0."""
 
-    namespace: str = Field(min_length=1, description="Value of the dynamo_namespace label")
+    min: float = Field(gt=0, description="DYN_METRICS_<KIND>_MIN, seconds")
+    max: float = Field(gt=0, description="DYN_METRICS_<KIND>_MAX, seconds")
+    count: int = Field(ge=2, le=200, description="DYN_METRICS_<KIND>_COUNT")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DynamoHistogram:
+        if self.min >= self.max:
+            raise ValueError(f"expected min < max, got min {self.min:g} >= max {self.max:g}")
+        return self
+
+
+class DynamoSettings(_Model):
+    """Where a Dynamo deployment's series are: its namespace and its worker engine.
+
+    Only the workers' own ``dynamo_component_*`` series carry ``dynamo_namespace``; the
+    frontend's carry only ``model`` (Dynamo 1.6.1), so frontend signals are selected by the
+    service's ``namespace`` (from the scrape) and ``model``."""
+
+    namespace: str = Field(min_length=1, description="Value of the dynamo_namespace label on "
+                           "the workers' dynamo_component_* series")
     backend: Literal["vllm", "sglang"] = "vllm"
+    histograms: dict[Literal["ttft", "itl"], DynamoHistogram] = Field(
+        default_factory=dict, description="The frontend's DYN_METRICS_TTFT_* / DYN_METRICS_ITL_* "
+        "settings where the deployment sets them (default: Dynamo's, TTFT MIN 0.001 MAX 480 "
+        "COUNT 18, ITL MIN 0.001 MAX 80 COUNT 20)")
 
 
 class RatioBounds(_Model):
@@ -271,13 +284,29 @@ class ServiceSpec(_Model):
         description="Override the engine's latency buckets when the engine was started with "
         "custom ones",
     )
+    scrape_labels: tuple[str, ...] = Field(
+        default=_engines.POD_MONITOR_LABELS,
+        description="Labels your scrape configuration puts on every series of the pools' pods "
+        "(default: a PodMonitor's). The engines emit no namespace or pod label: pool "
+        "selectors may use only these and the engine's own labels; add any label your "
+        "relabelling copies from the pod (e.g. a role label used in match_labels)")
     pools: dict[Role, PoolSpec]
 
     def buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...] | None:
         """The latency histogram buckets for this service, or None where not known."""
         if kind in self.histogram_buckets:
             return self.histogram_buckets[kind]
+        if self.engine is Engine.DYNAMO:
+            return self.frontend_buckets(kind)
         return ENGINE_HISTOGRAM_BUCKETS[self.engine].get(kind)
+
+    def frontend_buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...]:
+        """The buckets Dynamo's frontend exports: from its DYN_METRICS_* settings (declared in
+        ``dynamo.histograms``), else Dynamo's defaults."""
+        setting = self.dynamo.histograms.get(kind) if self.dynamo is not None else None
+        lo, hi, count = (setting.min, setting.max, setting.count) if setting is not None \
+            else _engines.DYNAMO_BUCKET_DEFAULTS[kind]
+        return _engines.dynamo_buckets(lo, hi, count)
 
     @property
     def prefill(self) -> PoolSpec:
@@ -331,6 +360,10 @@ class AlertThresholds(_Model):
     """Preemptions per second across the pool."""
     error_ratio: TieredThreshold = _tiers(0.01, "10m", 0.05, "5m")
     """Share of requests that fail."""
+    kv_transfer_failures: TieredThreshold = _tiers(0, "10m", 0.1, "5m")
+    """P/D KV transfers (or hand-offs) failing per second across the pool: any sustained
+    failure warns; vLLM NIXL failed transfers / expired requests, SGLang transfer / bootstrap
+    failures."""
     gpu_memory: TieredThreshold = _tiers(0.97, "15m", 0.99, "5m")
     """Framebuffer memory used on the fullest GPU (0-1); engines preallocate about 0.9."""
     gpu_temperature: TieredThreshold = _tiers(85, "10m", 92, "5m")
@@ -343,7 +376,8 @@ class AlertThresholds(_Model):
     control_plane_stale: TieredThreshold = _tiers(120, "5m", 600, "5m")
     """Seconds since the controller's last decision, or age of its input data."""
     metrics_absent_for: TieredThreshold = _tiers(0, "10m", 0, "30m")
-    """Only the durations are used: how long a pool's metrics may be missing."""
+    """Only the durations are used: how long a pool's signal group (latency, queue, KV,
+    tokens, errors, GPU) may be missing before LLMPoolMetricsAbsent fires for it."""
     xid_error: TieredThreshold = _tiers(0, "1m", 0, "1m")
     """Only the durations are used: warning on any XID code, critical on xid_critical_codes."""
     xid_critical_codes: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95, 119, 120)
@@ -530,9 +564,16 @@ def _default_reactions() -> tuple[ReactionRule, ...]:
                                "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
                                ".*SLOBudgetBurn"},
                      action=ReactionAction.SCALE_UP, step=2, hold=900),
+        # Missing inputs of the controller (latency, queue, tokens) hold; a missing group it
+        # does not read (kv, errors, gpu: a cluster without DCGM has no gpu group) only pages.
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent", "severity": "critical"},
+                     match_re={"signal_group": "latency|queue|tokens"},
+                     action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent"},
+                     action=ReactionAction.NOTIFY_ONLY),
         ReactionRule(match={"severity": "critical"},
-                     match_re={"alertname": "LLMPoolTargetDown|LLMPoolMetricsAbsent|"
-                               "PDScaleControlPlaneDegraded|LLMErrorRateHigh"},
+                     match_re={"alertname": "LLMPoolTargetDown|PDScaleControlPlaneDegraded|"
+                               "LLMErrorRateHigh"},
                      action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
     )
 
@@ -892,6 +933,7 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[SpecProblem]:
                 "use the namespace the pools run in"))
         engine = _engine(svc.get("engine"))
         problems.extend(_slo_bucket_problems(svc, engine, where))
+        problems.extend(_scrape_label_problems(svc, engine, where))
         problems.extend(_dynamo_problems(svc, engine, where))
         pools = svc.get("pools")
         if isinstance(pools, dict):
@@ -928,26 +970,117 @@ def _slo_bucket_problems(svc: Mapping[str, Any], engine: Engine | None,
             continue
         override = overrides.get(kind)
         buckets: tuple[float, ...] | None
+        setting = _engines.ENGINE_BUCKET_SETTING[engine.value].get(kind)
+        version = _engines.ENGINE_VERSIONS[engine.value]
         if isinstance(override, list) and all(isinstance(b, int | float) for b in override):
             buckets = tuple(float(b) for b in override)
             source = f"{where}.histogram_buckets.{kind}"
+        elif engine is Engine.DYNAMO:
+            buckets, source = _dynamo_buckets_of(svc, kind)
         else:
             buckets = ENGINE_HISTOGRAM_BUCKETS[engine].get(kind)
-            source = f"{engine.value}'s default {kind.upper()} histogram"
+            source = f"{engine.value} {version}'s default {kind.upper()} histogram"
         if buckets is None:
             continue
         if any(math.isclose(threshold, b, rel_tol=1e-9) for b in buckets):
             continue
-        below = [b for b in buckets if b < threshold]
-        above = [b for b in buckets if b > threshold]
-        near = ", ".join(_fmt(b) for b in ([below[-1]] if below else []) +
-                         ([above[0]] if above else []))
+        below, above = _engines.nearest_boundaries(float(threshold), buckets)
+        near = ", ".join(_fmt(b) for b in (below, above) if b is not None)
+        either = " or ".join(_fmt(b) for b in (below, above) if b is not None)
+        if engine is Engine.DYNAMO and not isinstance(override, list):
+            env = _engines.DYNAMO_BUCKET_ENV[kind]
+            suggestion = _engines.suggest_dynamo_setting(kind, float(threshold))
+            make = "" if suggestion is None else (
+                f", or start the frontend with {env}_MIN={_fmt(suggestion[0])} "
+                f"{env}_MAX={_fmt(suggestion[1])} {env}_COUNT={suggestion[2]} (which makes "
+                f"{_fmt(float(threshold))} a boundary) and declare them as "
+                f"{where}.dynamo.histograms.{kind}: {{min: {_fmt(suggestion[0])}, "
+                f"max: {_fmt(suggestion[1])}, count: {suggestion[2]}}}")
+            fix = f"use {either}{make}"
+        else:
+            how = f" ({setting})" if setting else ""
+            fix = (f"use {either}, or start the engine with buckets that include it{how} and "
+                   f"list them in {where}.histogram_buckets.{kind}")
         problems.append(SpecProblem(
             f"{where}.slo.{field}",
-            f"a bucket boundary of {source}, so the SLO can be read exactly",
-            f"{_fmt(float(threshold))} (nearest boundaries: {near})",
-            "use one of the nearest boundaries, or set histogram_buckets if the engine was "
-            "started with custom buckets"))
+            f"a bucket boundary of {source}, so the SLO can be read exactly (a threshold "
+            "between boundaries reads a bucket that does not exist: the SLO alerts never fire)",
+            f"{_fmt(float(threshold))} (nearest boundaries: {near})", fix))
+    return problems
+
+
+def _dynamo_buckets_of(svc: Mapping[str, Any], kind: str) -> tuple[tuple[float, ...] | None,
+                                                                     str]:
+    """Dynamo's buckets from the spec's DYN_METRICS_* settings, or its defaults."""
+    env = _engines.DYNAMO_BUCKET_ENV[kind]
+    dynamo = svc.get("dynamo")
+    histograms = dynamo.get("histograms") if isinstance(dynamo, dict) else None
+    setting = histograms.get(kind) if isinstance(histograms, dict) else None
+    version = _engines.ENGINE_VERSIONS["dynamo"]
+    if isinstance(setting, dict):
+        values = (setting.get("min"), setting.get("max"), setting.get("count"))
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return None, ""
+        try:
+            buckets = _engines.dynamo_buckets(float(values[0]), float(values[1]),  # type: ignore[arg-type]
+                                              int(values[2]))  # type: ignore[arg-type]
+        except ValueError:
+            return None, ""
+        return buckets, (f"Dynamo {version}'s {kind.upper()} histogram with {env}_MIN="
+                         f"{_fmt(float(values[0]))} {env}_MAX={_fmt(float(values[1]))} "  # type: ignore[arg-type]
+                         f"{env}_COUNT={values[2]}")
+    lo, hi, count = _engines.DYNAMO_BUCKET_DEFAULTS[kind]
+    return _engines.dynamo_buckets(lo, hi, count), (
+        f"Dynamo {version}'s default {kind.upper()} histogram ({env}_* unset: MIN={_fmt(lo)} "
+        f"MAX={_fmt(hi)} COUNT={count})")
+
+
+def _scrape_label_problems(svc: Mapping[str, Any], engine: Engine | None,
+                           where: str) -> list[SpecProblem]:
+    """A pool selector on a label that neither the engine nor the declared scrape provides
+    can never match: every signal of the pool would be empty, and nothing would say so."""
+    if engine is None:
+        return []
+    raw_scrape = svc.get("scrape_labels", _engines.POD_MONITOR_LABELS)
+    if not isinstance(raw_scrape, list | tuple) or \
+            not all(isinstance(x, str) for x in raw_scrape):
+        return []
+    scrape = set(raw_scrape)
+    declared = "scrape_labels" in svc
+    said = (f"your declared scrape_labels ({', '.join(sorted(scrape)) or 'none'})" if declared
+            else "a PodMonitor's default target labels (" +
+            ", ".join(_engines.POD_MONITOR_LABELS) + ")")
+    problems = []
+    for label in ("namespace", "pod"):
+        if label not in scrape:
+            problems.append(SpecProblem(
+                f"{where}.scrape_labels", f"'{label}' among the scrape labels: no engine "
+                f"emits it, and every pool signal selects by it",
+                said, f"relabel the pods' {label} into a '{label}' label in your scrape "
+                f"config and list it in scrape_labels"))
+    engine_labels = set(_engines.ENGINE_SERIES_LABELS.get(engine.value, frozenset()))
+    if engine is Engine.DYNAMO:
+        dynamo = svc.get("dynamo")
+        backend = dynamo.get("backend", "vllm") if isinstance(dynamo, dict) else "vllm"
+        engine_labels |= _engines.ENGINE_SERIES_LABELS["dynamo_worker"] | \
+            _engines.ENGINE_SERIES_LABELS.get(str(backend), frozenset())
+    pools = svc.get("pools")
+    for role_name, pool in (pools.items() if isinstance(pools, dict) else ()):
+        selector = pool.get("selector") if isinstance(pool, dict) else None
+        labels = selector.get("match_labels") if isinstance(selector, dict) else None
+        if not isinstance(labels, dict):
+            continue
+        for key in labels:
+            if not isinstance(key, str) or key in scrape or key in engine_labels:
+                continue
+            problems.append(SpecProblem(
+                f"{where}.pools.{role_name}.selector.match_labels.{key}",
+                f"a label that {engine.value} "
+                f"{_engines.ENGINE_VERSIONS[engine.value]} or your scrape provides (the "
+                "selector matches nothing otherwise)",
+                f"'{key}', which the engine does not emit and which is not in {said}",
+                f"if your scrape config relabels '{key}' from the pod, add it to "
+                f"{where}.scrape_labels; otherwise remove the matcher"))
     return problems
 
 
@@ -956,7 +1089,7 @@ def _dynamo_problems(svc: Mapping[str, Any], engine: Engine | None,
     has = svc.get("dynamo") is not None
     if engine is Engine.DYNAMO and not has:
         return [SpecProblem(f"{where}.dynamo", "a 'dynamo' section for engine 'dynamo'",
-                            "nothing", "add dynamo: {namespace: <dynamo_namespace label>, "
+                            "nothing", "add dynamo: {namespace: <the workers' dynamo_namespace>, "
                             "backend: vllm}")]
     if engine is not None and engine is not Engine.DYNAMO and has:
         return [SpecProblem(f"{where}.dynamo", "no 'dynamo' section unless engine is 'dynamo'",

@@ -8,25 +8,40 @@ engine-agnostic series per signal and all pools at once with a single query. A s
 engine does not export is absent from its table, never guessed; asking for it raises
 :class:`UnknownSignal` naming the engine and the signals it has.
 
-Only current metric names are used (vLLM V1, SGLang, Dynamo frontend, TGI, DCGM exporter
-defaults; shared/REFERENCE.md §1). Where the pool's series come from:
+Only current metric names are used, checked against the engines' released code and a running
+engine (shared/REFERENCE.md §1 and §6; tests/telemetry/test_reference.py holds every generated
+expression against the metric lists of vLLM 0.34.0, SGLang 0.5.23 and Dynamo 1.6.1). No engine
+emits ``namespace`` or ``pod``: they come from the scrape (a PodMonitor adds them), which is why
+the spec declares its scrape labels and ``pdscale validate`` refuses a selector on a label that
+nothing provides. Where the pool's series come from:
 
 * vLLM, SGLang: each pool's own pods, selected by ``namespace``, a ``pod`` regex (default
   ``<scale target name>-.*``), ``model_name`` and any extra labels in the spec. A prefill
   instance's TTFT is its queueing plus prefill time, which is what scaling prefill controls.
-* Dynamo: latency, request and token signals from the frontend (``dynamo_frontend_*``,
-  selected by ``dynamo_namespace``), attributed to the prefill pool for TTFT and to the decode
-  pool for ITL; queue, KV and prefix-cache signals from the workers, which re-export their
-  backend engine's series.
-* TGI: no TTFT histogram; ITL is TGI's per-request mean time per token; no KV-cache, prefix-
-  cache or preemption series.
+  The queue is the capacity backlog: vLLM's ``num_requests_waiting_by_reason{reason=
+  "capacity"}`` (``num_requests_waiting`` where the engine predates it: it also counts requests
+  deferred while their KV is transferred), SGLang's queue plus its P/D bootstrap (prefill) or
+  prealloc (decode) queue; requests waiting for their KV transfer are a signal of their own.
+  SGLang's queue and running gauges are read at ``priority=""`` (with priority scheduling they
+  are written twice: the total and per priority). vLLM's error ratio counts
+  ``finished_reason="error"`` (``abort`` is a client that went away).
+* Dynamo: the frontend's series carry only ``model`` (plus ``endpoint``, ``request_type``,
+  ``status``, ``error_type``): they are selected by the service's ``namespace`` (from the scrape)
+  and ``model``. TTFT, prompt tokens and the prefix-cache ratio (from the frontend's cached-token
+  histogram) belong to the prefill pool, ITL, output tokens and request duration to the decode
+  pool, requests to both. A prefill worker exports no ``vllm:*`` series: its backlog is the
+  work handler's in-flight gauge (``dynamo_component_inflight_requests``, selected by
+  ``dynamo_namespace`` and ``dynamo_component``, which the runtime emits). The decode worker
+  re-exports its backend's queue, running, KV and preemption series.
+* TGI (unverified against a release): no TTFT histogram; ITL is TGI's per-request mean time per
+  token; no KV-cache, prefix-cache or preemption series.
 * GPUs: DCGM exporter series with the Kubernetes pod mapping (``namespace``, ``pod``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from string import Template
@@ -37,12 +52,14 @@ from pdscale.spec import Engine, Role, ServiceSpec
 __all__ = [
     "CONTROL_PLANE_METRICS",
     "KNOWN_METRICS",
+    "OPTIONAL_METRICS",
     "POOL_LABELS",
     "RATE_WINDOW",
     "RATE_WINDOW_S",
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "SeriesRef",
     "Signal",
     "SignalDef",
     "UnknownSignal",
@@ -53,7 +70,9 @@ __all__ = [
     "pool_expr",
     "pool_query",
     "recorded_name",
+    "series_refs",
     "signal_def",
+    "slo_bucket_ref",
     "slo_error_ratio_expr",
     "slo_error_ratio_record",
 ]
@@ -79,6 +98,7 @@ SLO_THRESHOLD_RECORD = "pdscale_pool:slo_latency_threshold:seconds"
 
 class Signal(StrEnum):
     QUEUE_DEPTH = "queue_depth"
+    KV_TRANSFER_WAITING = "kv_transfer_waiting"
     RUNNING_REQUESTS = "running_requests"
     TTFT_P50_S = "ttft_p50_s"
     TTFT_P95_S = "ttft_p95_s"
@@ -88,6 +108,7 @@ class Signal(StrEnum):
     E2E_P95_S = "e2e_p95_s"
     REQUEST_RATE = "request_rate"
     PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
+    PROMPT_TOKENS_COMPUTED_PER_S = "prompt_tokens_computed_per_s"
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     PREFIX_CACHE_HIT_RATIO = "prefix_cache_hit_ratio"
     EXTERNAL_PREFIX_CACHE_HIT_RATIO = "external_prefix_cache_hit_ratio"
@@ -95,6 +116,8 @@ class Signal(StrEnum):
     KV_CACHE_USAGE_MAX_RATIO = "kv_cache_usage_max_ratio"
     PREEMPTIONS_PER_S = "preemptions_per_s"
     ERROR_RATIO = "error_ratio"
+    KV_TRANSFER_FAILURES_PER_S = "kv_transfer_failures_per_s"
+    KV_HANDOFF_FAILURES_PER_S = "kv_handoff_failures_per_s"
     GPU_UTILIZATION_RATIO = "gpu_utilization_ratio"
     GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"
     GPU_MEMORY_FREE_BYTES = "gpu_memory_free_bytes"
@@ -145,6 +168,8 @@ def _d(signal: Signal, series: str, unit: str, help_: str, scope: Scope = "pool"
 _DEFS: tuple[SignalDef, ...] = (
     _d(Signal.QUEUE_DEPTH, "pdscale_pool:requests_waiting:sum", "short",
        "Requests waiting in the engines' queues"),
+    _d(Signal.KV_TRANSFER_WAITING, "pdscale_pool:requests_waiting_kv_transfer:sum", "short",
+       "Requests waiting for their KV transfer (P/D decode), not for capacity"),
     _d(Signal.RUNNING_REQUESTS, "pdscale_pool:requests_running:sum", "short",
        "Requests being processed"),
     _d(Signal.TTFT_P50_S, "pdscale_pool:time_to_first_token_seconds:p50_rate5m", "s",
@@ -163,6 +188,9 @@ _DEFS: tuple[SignalDef, ...] = (
        "Finished requests per second"),
     _d(Signal.PROMPT_TOKENS_PER_S, "pdscale_pool:prompt_tokens:rate5m", "short",
        "Prompt tokens per second"),
+    _d(Signal.PROMPT_TOKENS_COMPUTED_PER_S, "pdscale_pool:prompt_tokens_computed:rate5m",
+       "short", "Prompt tokens computed per second (not served by a cache or a KV transfer): "
+       "the exact prefill demand"),
     _d(Signal.GENERATION_TOKENS_PER_S, "pdscale_pool:generation_tokens:rate5m", "short",
        "Generated tokens per second"),
     _d(Signal.PREFIX_CACHE_HIT_RATIO, "pdscale_pool:prefix_cache_hits:ratio_rate5m",
@@ -178,6 +206,11 @@ _DEFS: tuple[SignalDef, ...] = (
        "Preempted sequences per second"),
     _d(Signal.ERROR_RATIO, "pdscale_pool:request_errors:ratio_rate5m", "percentunit",
        "Share of requests that failed"),
+    _d(Signal.KV_TRANSFER_FAILURES_PER_S, "pdscale_pool:kv_transfer_failures:rate5m", "short",
+       "Failed P/D KV transfers per second"),
+    _d(Signal.KV_HANDOFF_FAILURES_PER_S, "pdscale_pool:kv_handoff_failures:rate5m", "short",
+       "P/D requests whose KV hand-off failed per second (expired before it was read, or "
+       "the bootstrap failed)"),
     _d(Signal.GPU_UTILIZATION_RATIO, "pdscale_pool:gpu_utilization:avg", "percentunit",
        "GPU utilisation, mean over the pool's GPUs"),
     _d(Signal.GPU_MEMORY_USED_BYTES, "pdscale_pool:gpu_memory_used_bytes:sum", "bytes",
@@ -267,8 +300,9 @@ class UnknownSignal(KeyError):
 
 
 # --------------------------------------------------------------------------------------------
-# Engine tables. $eng: the pool's engine series; $fe: the Dynamo frontend; $gpu: DCGM series of
-# the pool's pods; $tgt: the pool's scrape targets; $w: the rate window.
+# Engine tables. $eng: the pool's engine series; $wrk: a Dynamo worker's own runtime series;
+# $fe: the Dynamo frontend; $gpu: DCGM series of the pool's pods; $tgt: the pool's scrape
+# targets; $w: the rate window.
 
 
 def _q(q: float, metric: str, sel: str = "$eng") -> str:
@@ -280,14 +314,30 @@ def _rate(metric: str, sel: str = "$eng") -> str:
     return f"sum by (namespace) (rate({metric}{{{sel}}}[$w]))"
 
 
+def _sum(metric: str, sel: str = "$eng") -> str:
+    return f"sum by (namespace) ({metric}{{{sel}}})"
+
+
 def _ratio(num: str, den: str) -> str:
     """A ratio that is empty, not zero or NaN, when the denominator saw no traffic."""
     return f"{num} / ({den} > 0)"
 
 
+def _plus_where_exported(base: str, extra: str) -> str:
+    """``base + extra``, where ``extra`` counts zero when the engine does not export it (a
+    queue that only exists in P/D mode), so the sum is never empty because of it."""
+    return f"{base} + ({extra} or {base} * 0)"
+
+
+# vLLM V1 (0.34.0). Waiting requests by reason exist from 0.34: older engines only have the
+# total, which also counts requests deferred while their KV is transferred.
+_VLLM_QUEUE = (_sum("vllm:num_requests_waiting_by_reason", '$eng,reason="capacity"') + " or "
+               + _sum("vllm:num_requests_waiting"))
 _VLLM: dict[Signal, str] = {
-    Signal.QUEUE_DEPTH: "sum by (namespace) (vllm:num_requests_waiting{$eng})",
-    Signal.RUNNING_REQUESTS: "sum by (namespace) (vllm:num_requests_running{$eng})",
+    Signal.QUEUE_DEPTH: _VLLM_QUEUE,
+    Signal.KV_TRANSFER_WAITING: _sum("vllm:num_requests_waiting_by_reason",
+                                     '$eng,reason="deferred"'),
+    Signal.RUNNING_REQUESTS: _sum("vllm:num_requests_running"),
     Signal.TTFT_P50_S: _q(0.5, "vllm:time_to_first_token_seconds"),
     Signal.TTFT_P95_S: _q(0.95, "vllm:time_to_first_token_seconds"),
     Signal.TTFT_P99_S: _q(0.99, "vllm:time_to_first_token_seconds"),
@@ -296,6 +346,9 @@ _VLLM: dict[Signal, str] = {
     Signal.E2E_P95_S: _q(0.95, "vllm:e2e_request_latency_seconds"),
     Signal.REQUEST_RATE: _rate("vllm:request_success_total"),
     Signal.PROMPT_TOKENS_PER_S: _rate("vllm:prompt_tokens_total"),
+    # Tokens the engine computed itself: not from its prefix cache, not from a KV transfer.
+    Signal.PROMPT_TOKENS_COMPUTED_PER_S: _rate("vllm:prompt_tokens_by_source_total",
+                                               '$eng,source="local_compute"'),
     Signal.GENERATION_TOKENS_PER_S: _rate("vllm:generation_tokens_total"),
     Signal.PREFIX_CACHE_HIT_RATIO: _ratio(_rate("vllm:prefix_cache_hits_total"),
                                           _rate("vllm:prefix_cache_queries_total")),
@@ -305,14 +358,21 @@ _VLLM: dict[Signal, str] = {
     Signal.KV_CACHE_USAGE_RATIO: "avg by (namespace) (vllm:kv_cache_usage_perc{$eng})",
     Signal.KV_CACHE_USAGE_MAX_RATIO: "max by (namespace) (vllm:kv_cache_usage_perc{$eng})",
     Signal.PREEMPTIONS_PER_S: _rate("vllm:num_preemptions_total"),
-    # vLLM counts finished requests by reason; an aborted request is the failure it exports.
-    Signal.ERROR_RATIO: _ratio(_rate("vllm:request_success_total", '$eng,finished_reason="abort"'),
+    # "error" is an internal failure (always a 500; e.g. a failed KV load in P/D); "abort" is
+    # a client that went away and is not counted.
+    Signal.ERROR_RATIO: _ratio(_rate("vllm:request_success_total", '$eng,finished_reason="error"'),
                                _rate("vllm:request_success_total")),
+    # NIXL connector (P/D KV transfer): absent unless the pool uses it.
+    Signal.KV_TRANSFER_FAILURES_PER_S: _rate("vllm:nixl_num_failed_transfers_total"),
+    Signal.KV_HANDOFF_FAILURES_PER_S: _rate("vllm:nixl_num_kv_expired_reqs_total"),
 }
 
+# SGLang (0.5.23). Scheduler gauges are read at priority="" (the total; it also matches when
+# priority scheduling is off and the label is absent).
+_SG = '$eng,priority=""'
+_SGLANG_QUEUE = _sum("sglang:num_queue_reqs", _SG)
 _SGLANG: dict[Signal, str] = {
-    Signal.QUEUE_DEPTH: "sum by (namespace) (sglang:num_queue_reqs{$eng})",
-    Signal.RUNNING_REQUESTS: "sum by (namespace) (sglang:num_running_reqs{$eng})",
+    Signal.RUNNING_REQUESTS: _sum("sglang:num_running_reqs", _SG),
     Signal.TTFT_P50_S: _q(0.5, "sglang:time_to_first_token_seconds"),
     Signal.TTFT_P95_S: _q(0.95, "sglang:time_to_first_token_seconds"),
     Signal.TTFT_P99_S: _q(0.99, "sglang:time_to_first_token_seconds"),
@@ -322,29 +382,61 @@ _SGLANG: dict[Signal, str] = {
     Signal.REQUEST_RATE: _rate("sglang:num_requests_total"),
     Signal.PROMPT_TOKENS_PER_S: _rate("sglang:prompt_tokens_total"),
     Signal.GENERATION_TOKENS_PER_S: _rate("sglang:generation_tokens_total"),
-    Signal.PREFIX_CACHE_HIT_RATIO: "avg by (namespace) (sglang:cache_hit_rate{$eng})",
-    Signal.KV_CACHE_USAGE_RATIO: "avg by (namespace) (sglang:token_usage{$eng})",
-    Signal.KV_CACHE_USAGE_MAX_RATIO: "max by (namespace) (sglang:token_usage{$eng})",
+    # A windowed ratio; sglang:cache_hit_rate is only the last prefill batch's.
+    Signal.PREFIX_CACHE_HIT_RATIO: _ratio(_rate("sglang:cached_tokens_total"),
+                                          _rate("sglang:prompt_tokens_total")),
+    Signal.KV_CACHE_USAGE_RATIO: f"avg by (namespace) (sglang:token_usage{{{_SG}}})",
+    Signal.KV_CACHE_USAGE_MAX_RATIO: f"max by (namespace) (sglang:token_usage{{{_SG}}})",
+    Signal.PREEMPTIONS_PER_S: _rate("sglang:num_retracted_requests_total"),
     Signal.ERROR_RATIO: _ratio(_rate("sglang:num_aborted_requests_total"),
                                _rate("sglang:num_requests_total")),
+    Signal.KV_TRANSFER_FAILURES_PER_S: _rate("sglang:num_transfer_failed_reqs_total"),
+    Signal.KV_HANDOFF_FAILURES_PER_S: _rate("sglang:num_bootstrap_failed_reqs_total"),
+}
+# P/D queues outside num_queue_reqs: a prefill pool's requests wait for the decode side's
+# bootstrap; a decode pool's wait for KV memory (prealloc), then for the transfer itself.
+_SGLANG_ROLE: dict[Role, dict[Signal, str]] = {
+    Role.PREFILL: {Signal.QUEUE_DEPTH: _plus_where_exported(
+        _SGLANG_QUEUE, _sum("sglang:num_prefill_bootstrap_queue_reqs", _SG))},
+    Role.DECODE: {
+        Signal.QUEUE_DEPTH: _plus_where_exported(
+            _SGLANG_QUEUE, _sum("sglang:num_decode_prealloc_queue_reqs", _SG)),
+        Signal.KV_TRANSFER_WAITING: _sum("sglang:num_decode_transfer_queue_reqs", _SG),
+    },
 }
 
-# Dynamo: the frontend measures what users see; workers re-export their backend's series.
-_DYNAMO_FRONTEND: dict[Signal, str] = {
-    Signal.TTFT_P50_S: _q(0.5, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
-    Signal.TTFT_P95_S: _q(0.95, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
-    Signal.TTFT_P99_S: _q(0.99, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
-    Signal.ITL_P50_S: _q(0.5, "dynamo_frontend_inter_token_latency_seconds", "$fe"),
-    Signal.ITL_P95_S: _q(0.95, "dynamo_frontend_inter_token_latency_seconds", "$fe"),
-    Signal.REQUEST_RATE: _rate("dynamo_frontend_requests_total", "$fe"),
-    Signal.PROMPT_TOKENS_PER_S: _rate("dynamo_frontend_input_sequence_tokens_sum", "$fe"),
-    Signal.GENERATION_TOKENS_PER_S: _rate("dynamo_frontend_output_sequence_tokens_sum", "$fe"),
-    Signal.ERROR_RATIO: _ratio(_rate("dynamo_frontend_requests_total", '$fe,status="error"'),
-                               _rate("dynamo_frontend_requests_total", "$fe")),
+# Dynamo (1.6.1): the frontend measures what users see; the decode worker re-exports its
+# backend's series; the prefill worker exports only the runtime's own (no vllm:* at all).
+_DYNAMO_FRONTEND: dict[Role, dict[Signal, str]] = {
+    Role.PREFILL: {
+        Signal.TTFT_P50_S: _q(0.5, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
+        Signal.TTFT_P95_S: _q(0.95, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
+        Signal.TTFT_P99_S: _q(0.99, "dynamo_frontend_time_to_first_token_seconds", "$fe"),
+        Signal.REQUEST_RATE: _rate("dynamo_frontend_requests_total", "$fe"),
+        Signal.PROMPT_TOKENS_PER_S: _rate("dynamo_frontend_input_sequence_tokens_sum", "$fe"),
+        Signal.PREFIX_CACHE_HIT_RATIO: _ratio(
+            _rate("dynamo_frontend_cached_tokens_sum", "$fe"),
+            _rate("dynamo_frontend_input_sequence_tokens_sum", "$fe")),
+        # status="error" also counts requests the client got wrong or cancelled.
+        Signal.ERROR_RATIO: _ratio(
+            _rate("dynamo_frontend_requests_total",
+                  '$fe,status="error",error_type!~"cancelled|not_found|validation"'),
+            _rate("dynamo_frontend_requests_total", "$fe")),
+        # The prefill workers' in-flight requests (waiting and in progress).
+        Signal.QUEUE_DEPTH: _sum("dynamo_component_inflight_requests",
+                                 '$wrk,dynamo_endpoint="generate"'),
+    },
+    Role.DECODE: {
+        Signal.ITL_P50_S: _q(0.5, "dynamo_frontend_inter_token_latency_seconds", "$fe"),
+        Signal.ITL_P95_S: _q(0.95, "dynamo_frontend_inter_token_latency_seconds", "$fe"),
+        Signal.E2E_P95_S: _q(0.95, "dynamo_frontend_request_duration_seconds", "$fe"),
+        Signal.REQUEST_RATE: _rate("dynamo_frontend_requests_total", "$fe"),
+        Signal.GENERATION_TOKENS_PER_S: _rate("dynamo_frontend_output_tokens_total", "$fe"),
+    },
 }
-_DYNAMO_WORKER_SIGNALS = (
-    Signal.QUEUE_DEPTH, Signal.RUNNING_REQUESTS, Signal.PREFIX_CACHE_HIT_RATIO,
-    Signal.KV_CACHE_USAGE_RATIO, Signal.KV_CACHE_USAGE_MAX_RATIO, Signal.PREEMPTIONS_PER_S,
+_DYNAMO_DECODE_WORKER_SIGNALS = (
+    Signal.QUEUE_DEPTH, Signal.RUNNING_REQUESTS, Signal.KV_CACHE_USAGE_RATIO,
+    Signal.KV_CACHE_USAGE_MAX_RATIO, Signal.PREEMPTIONS_PER_S,
 )
 
 _TGI: dict[Signal, str] = {
@@ -377,17 +469,34 @@ _GPU_AND_TARGETS: dict[Signal, str] = {
 # the age of the pool's data. Once a target dies Prometheus marks its series stale at the next
 # failed scrape, so the age goes absent within one scrape interval, while a rate() over 5m of
 # the same target would read as demand falling for five minutes.
-_LIVENESS: dict[Engine, str] = {
-    Engine.VLLM: "vllm:num_requests_running",
-    Engine.SGLANG: "sglang:num_running_reqs",
-    Engine.TGI: "tgi_queue_size",
-    Engine.DYNAMO: "dynamo_component_inflight_requests",
+_LIVENESS: dict[Engine, tuple[str, str]] = {
+    Engine.VLLM: ("vllm:num_requests_running", "eng"),
+    Engine.SGLANG: ("sglang:num_running_reqs", "eng"),
+    Engine.TGI: ("tgi_queue_size", "eng"),
+    # Both Dynamo workers export the runtime's gauge (a prefill worker has no vllm:* series).
+    Engine.DYNAMO: ("dynamo_component_inflight_requests", "wrk"),
 }
 
 
-def _sample_age(metric: str) -> str:
-    return f"time() - max by (namespace) (timestamp({metric}{{$eng}}))"
+def _sample_age(metric: str, source: str) -> str:
+    return f"time() - max by (namespace) (timestamp({metric}{{${source}}}))"
 
+OPTIONAL_METRICS = frozenset({
+    # Newer than some deployed engines: each has a fallback or is a signal of its own.
+    "vllm:num_requests_waiting_by_reason", "vllm:prompt_tokens_by_source_total",
+    # Only with a KV connector / in P/D mode.
+    "vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
+    "vllm:nixl_num_failed_transfers_total", "vllm:nixl_num_kv_expired_reqs_total",
+    "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs", "sglang:num_transfer_failed_reqs_total",
+    "sglang:num_bootstrap_failed_reqs_total",
+    # Counters that appear with their first event.
+    "vllm:num_preemptions_total", "sglang:num_retracted_requests_total",
+    "sglang:num_aborted_requests_total", "sglang:cached_tokens_total",
+    "dynamo_frontend_cached_tokens_sum",
+})
+"""Raw series that may be absent without anything being wrong (an older engine, a feature not
+in use, a counter with no event yet): ``pdscale check`` reports them without failing."""
 
 # Histogram (base name) behind each SLO, per engine: the SLO error ratio is read at the bucket
 # whose upper bound is the SLO threshold.
@@ -407,27 +516,18 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
     if service.engine is Engine.VLLM:
         table = dict(_VLLM)
     elif service.engine is Engine.SGLANG:
-        table = dict(_SGLANG)
+        table = {**_SGLANG, **_SGLANG_ROLE[role]}
     elif service.engine is Engine.TGI:
         table = dict(_TGI)
     else:
-        backend = _VLLM if service.dynamo is None or service.dynamo.backend == "vllm" \
-            else _SGLANG
-        table = {s: backend[s] for s in _DYNAMO_WORKER_SIGNALS if s in backend}
-        # Frontend latencies belong to the pool that controls them.
-        for signal, expr in _DYNAMO_FRONTEND.items():
-            if signal.value.startswith("ttft") and role is not Role.PREFILL:
-                continue
-            if signal.value.startswith("itl") and role is not Role.DECODE:
-                continue
-            if signal in (Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_PER_S,
-                          Signal.GENERATION_TOKENS_PER_S, Signal.ERROR_RATIO) \
-                    and role is not Role.PREFILL:
-                # Service-wide frontend counters are recorded once, on the prefill pool.
-                continue
-            table[signal] = expr
+        backend = {**_SGLANG, **_SGLANG_ROLE[role]} if service.dynamo is not None and \
+            service.dynamo.backend == "sglang" else _VLLM
+        table = {}
+        if role is Role.DECODE:
+            table = {s: backend[s] for s in _DYNAMO_DECODE_WORKER_SIGNALS if s in backend}
+        table.update(_DYNAMO_FRONTEND[role])
     table.update(_GPU_AND_TARGETS)
-    table[Signal.SAMPLE_AGE_S] = _sample_age(_LIVENESS[service.engine])
+    table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
     return table
 
 
@@ -444,25 +544,41 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _selectors(service: ServiceSpec, role: Role) -> dict[str, str]:
+_DYNAMO_COMPONENT = {Role.PREFILL: "prefill", Role.DECODE: "backend"}
+"""dynamo_component of a Dynamo worker by role (dynamo/vllm/args.py: decode is "backend")."""
+
+
+def _selector_pairs(service: ServiceSpec, role: Role) -> dict[str, list[tuple[str, str, str]]]:
     pool = service.pools[role]
     ns = ("namespace", "=", service.namespace)
     pod = ("pod", "=~", pool.pod_regex)
+    extra = [(k, "=", v) for k, v in sorted(pool.selector.match_labels.items())]
     eng = [ns, pod]
-    if service.engine in (Engine.VLLM, Engine.SGLANG):
+    if service.engine in (Engine.VLLM, Engine.SGLANG, Engine.DYNAMO):
         eng.append(("model_name", "=", service.model_name))
-    if pool.selector.dynamo_component is not None:
-        eng.append(("dynamo_component", "=", pool.selector.dynamo_component))
-    eng += [(k, "=", v) for k, v in sorted(pool.selector.match_labels.items())]
-    fe = [ns]
+    wrk = [ns, pod]
     if service.dynamo is not None:
-        fe.append(("dynamo_namespace", "=", service.dynamo.namespace))
+        # The runtime writes the namespace into its series' label with '-' as '_' (seen on
+        # Dynamo 1.6.1: DYN_NAMESPACE=llama-disagg -> dynamo_namespace="llama_disagg").
+        wrk.append(("dynamo_namespace", "=", dynamo_label_namespace(service.dynamo.namespace)))
+    wrk.append(("dynamo_component", "=",
+                pool.selector.dynamo_component or _DYNAMO_COMPONENT[role]))
     return {
-        "eng": _matchers(eng),
-        "fe": _matchers(fe),
-        "gpu": _matchers([ns, pod]),
-        "tgt": _matchers([ns, pod]),
+        "eng": eng + extra,
+        "wrk": wrk + extra,
+        "fe": [ns, ("model", "=", service.model_name)],
+        "gpu": [ns, pod],
+        "tgt": [ns, pod],
     }
+
+
+def dynamo_label_namespace(namespace: str) -> str:
+    """The ``dynamo_namespace`` label value Dynamo's runtime writes for a namespace."""
+    return namespace.replace("-", "_")
+
+
+def _selectors(service: ServiceSpec, role: Role) -> dict[str, str]:
+    return {k: _matchers(v) for k, v in _selector_pairs(service, role).items()}
 
 
 def pool_expr(signal: Signal | str, service: ServiceSpec, role: Role, *,
@@ -476,6 +592,72 @@ def pool_expr(signal: Signal | str, service: ServiceSpec, role: Role, *,
     if key not in table:
         raise UnknownSignal(key.value, service.engine, frozenset(table))
     return Template(table[key]).substitute(_selectors(service, role), w=window)
+
+
+Source = Literal["eng", "wrk", "fe", "gpu", "tgt"]
+SOURCE_NAMES: dict[str, str] = {
+    "eng": "the pool's engine pods", "wrk": "the pool's Dynamo workers (runtime series)",
+    "fe": "the Dynamo frontend", "gpu": "the DCGM exporter (the pool's GPUs)",
+    "tgt": "the pool's scrape targets"}
+
+
+@dataclass(frozen=True)
+class SeriesRef:
+    """One raw series a signal reads, with every label matcher that selects it."""
+
+    metric: str
+    matchers: tuple[tuple[str, str, str], ...]
+    """(label, operator, value), in the order they are written."""
+    source: Source
+    optional: bool
+    """May be absent with nothing wrong (see OPTIONAL_METRICS)."""
+
+    def selector(self, matchers: Sequence[tuple[str, str, str]] | None = None) -> str:
+        body = _matchers(list(self.matchers if matchers is None else matchers))
+        return f"{self.metric}{{{body}}}"
+
+
+_REF = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{\$(\w+)((?:,[^{}]*)?)\}")
+_PAIR = re.compile(r'(\w+)(=~|!=|!~|=)"((?:[^"\\]|\\.)*)"')
+
+
+def series_refs(signal: Signal | str, service: ServiceSpec, role: Role) -> list[SeriesRef]:
+    """The raw series behind one signal of one pool (each once, in reading order)."""
+    table = _engine_table(service, role)
+    key = Signal(signal)
+    if key not in table:
+        raise UnknownSignal(key.value, service.engine, frozenset(table))
+    pairs = _selector_pairs(service, role)
+    out: list[SeriesRef] = []
+    for match in _REF.finditer(table[key]):
+        metric, source, extra = match.groups()
+        matchers = [*pairs[source],
+                    *((k, op, v.replace('\\"', '"')) for k, op, v in _PAIR.findall(extra))]
+        ref = SeriesRef(metric, tuple(matchers), source,  # type: ignore[arg-type]
+                        metric in OPTIONAL_METRICS)
+        if ref not in out:
+            out.append(ref)
+    return out
+
+
+def slo_bucket_ref(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> SeriesRef | None:
+    """The bucket series the SLO error ratio reads (with its ``le`` matcher), or None."""
+    histogram = _SLO_HISTOGRAMS[service.engine].get(kind)
+    if histogram is None:
+        return None
+    metric, sel = histogram
+    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+    pairs = _selector_pairs(service, _SLO_ROLE[kind])[sel.lstrip("$")]
+    op, value = _le_pair(threshold)
+    return SeriesRef(f"{metric}_bucket", (*pairs, ("le", op, value)),
+                     sel.lstrip("$"), False)  # type: ignore[arg-type]
+
+
+def _le_pair(threshold_s: float) -> tuple[str, str]:
+    text = le_matcher(threshold_s)
+    op = "=~" if text.startswith("le=~") else "="
+    value = text.split('"', 1)[1].rsplit('"', 1)[0].replace("\\\\", "\\")
+    return op, value
 
 
 def le_matcher(threshold_s: float) -> str:
@@ -533,7 +715,7 @@ def pool_query(signal: Signal | str, *, matchers: str = "", by: str = "") -> str
 
 def _metric_names_of(expr: str) -> set[str]:
     return metric_names_in(Template(expr).safe_substitute(
-        eng="", fe="", gpu="", tgt="", w="5m"))
+        eng="", wrk="", fe="", gpu="", tgt="", w="5m"))
 
 
 _PROMQL_WORDS = frozenset({
@@ -576,10 +758,12 @@ def metric_names_in(expr: str) -> set[str]:
 
 def _known_metrics() -> frozenset[str]:
     names: set[str] = set()
-    for table in (_VLLM, _SGLANG, _DYNAMO_FRONTEND, _TGI, _GPU_AND_TARGETS):
+    tables = (_VLLM, _SGLANG, *_SGLANG_ROLE.values(), *_DYNAMO_FRONTEND.values(), _TGI,
+              _GPU_AND_TARGETS)
+    for table in tables:
         for expr in table.values():
             names |= _metric_names_of(expr)
-    names |= set(_LIVENESS.values())
+    names |= {metric for metric, _ in _LIVENESS.values()}
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}

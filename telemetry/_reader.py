@@ -33,7 +33,7 @@ from pdscale.spec import PoolKey, Role, Spec
 from telemetry._catalog import Signal, recorded_name
 
 __all__ = ["PrometheusAuth", "PrometheusQueryError", "PrometheusReader",
-           "PrometheusUnavailable", "SignalValue"]
+           "PrometheusUnavailable", "SignalValue", "instant_rows"]
 
 MAX_POINTS_PER_QUERY = 10_000
 _STAMP = "pdscale_sample_time"
@@ -237,3 +237,18 @@ def _chunks(start_s: float, end_s: float, step_s: float) -> Iterable[tuple[float
         hi = min(end_s, lo + span)
         yield lo, hi
         lo = hi
+
+
+def instant_rows(reader: PrometheusReader, query: str, *,
+                 at_s: float) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every row of one instant query at ``at_s``, for diagnostics such as
+    ``pdscale check``; errors as :meth:`PrometheusReader.read` raises them."""
+    client = reader.client()
+    params = {"time": f"{at_s:.3f}"}
+
+    def instant() -> Any:
+        return client.custom_query(query, params=params)
+
+    rows = reader._call(instant)
+    return [({str(k): str(v) for k, v in row["metric"].items()}, float(row["value"][1]))
+            for row in rows]

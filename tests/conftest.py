@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from pdscale.spec import Spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-SHARED = ROOT.parent / "shared"
+# shared/ (reference data) sits beside the repository; a worktree elsewhere can point at it.
+SHARED = Path(os.environ.get("PDSCALE_SHARED") or ROOT.parent / "shared")
 
 
 def example_ids() -> list[str]:

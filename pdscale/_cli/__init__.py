@@ -12,12 +12,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pdscale._cli import catalog, demo, forecast, reference, run, simulate, trace, up, validate
+from pdscale._cli import (
+    catalog,
+    check,
+    demo,
+    forecast,
+    reference,
+    run,
+    simulate,
+    trace,
+    up,
+    validate,
+)
 from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (validate, catalog, forecast, trace, simulate, reference, demo, up, run)
+COMMANDS = (validate, check, catalog, forecast, trace, simulate, reference, demo, up, run)
 """The command modules, in the order ``pdscale --help`` lists them."""
 
 _DESCRIPTION = """\
@@ -31,6 +42,7 @@ generates tiered Prometheus alerts (with promtool unit tests) and Grafana dashbo
 _EPILOG = """\
 examples:
   pdscale validate examples/vllm.yaml
+  pdscale check examples/vllm.yaml --prometheus http://localhost:9090
   pdscale generate all examples/vllm.yaml --out out/
   pdscale generate alerts examples/sglang.yaml --out out/alerts
   pdscale signals --engine vllm

@@ -44,7 +44,7 @@ def profile_problems(spec: Spec) -> list[SpecProblem]:
                 problems.append(SpecProblem(
                     f"services[{i}].pools.{role.value}.profile",
                     "a shipped profile name or the path of a profile YAML file",
-                    repr(pool.profile), str(exc).split(": ", 1)[-1]))
+                    f"unknown profile {pool.profile!r}", str(exc).split(": ", 1)[-1]))
     return problems
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK, err, load_checked, parse_listen
@@ -41,8 +43,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         serve,
     )
 
+    backend = None
+    if args.dynamo_stack:
+        from pdscale._dynamo_up import StackUpError, process_backend
+
+        try:
+            backend = process_backend(spec, Path(args.dynamo_stack))
+        except StackUpError as exc:
+            err(str(exc))
+            return EXIT_BAD_INPUT
     try:
-        api = None if args.sim_url else kube_client(args.kubeconfig)
+        api = None if args.sim_url or backend is not None else kube_client(args.kubeconfig)
     except KubeConfigError as exc:
         err(f"no Kubernetes configuration: {str(exc).rstrip('.')}. In a cluster, run with "
              "a ServiceAccount (deploy/); outside one, pass --kubeconfig FILE")
@@ -57,7 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kwargs["identity"] = args.identity
     controller = Controller(spec, api, reader, dry_run=True if args.dry_run else None,
                             leader_election=False if args.no_leader_election else None,
-                            sim_url=args.sim_url, **kwargs)
+                            sim_url=args.sim_url, backend=backend, **kwargs)
     host, port = args.listen
     busy = _port_busy(host, port)
     if busy:
@@ -71,7 +82,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
           f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
-    stopped_by = serve(controller, host, port, log_level=args.log_level)
+    supervise = threading.Event()
+    if backend is not None:  # between ticks the actuator reaps, replaces and probes workers
+        threading.Thread(target=backend.run, args=(supervise, 1.0), name="pdscale-workers",
+                         daemon=True).start()
+    try:
+        stopped_by = serve(controller, host, port, log_level=args.log_level)
+    finally:
+        supervise.set()
     print("pdscale: stopped" + (f" ({stopped_by})" if stopped_by else ""), file=sys.stderr)
     return EXIT_OK
 
@@ -107,6 +125,9 @@ def register(sub: Any) -> None:
                    help="act without a Lease (one replica only)")
     p.add_argument("--sim-url", help="drive the simulator's live mode at this URL instead of "
                                      "Kubernetes (what pdscale up does)")
+    p.add_argument("--dynamo-stack", metavar="DIR",
+                   help="scale the worker processes of a loopback Dynamo stack (the folder "
+                        "`pdscale up --engine dynamo` keeps them in) instead of Kubernetes")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_run)

@@ -23,7 +23,7 @@ from pdscale._cli._common import (
     parse_failure,
     seed,
 )
-from pdscale.spec import Role, Spec
+from pdscale.spec import Spec
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -100,9 +100,11 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     attach_reconciler(world, prepared.policy, spec=prepared.spec,
                       forecasts=prepared.forecasts)
     sim = world.sim
-    cluster = LiveCluster(sim, namespace=service.namespace, model_name=service.model_name,
-                          pod_prefix={r: service.pools[r].target.name for r in Role},
-                          speed=args.speed)
+    try:
+        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
+    except ValueError as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -157,7 +159,8 @@ def register(sub: Any) -> None:
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",
-                   help="run in scaled real time, serving /metrics (vLLM and DCGM names) "
+                   help="run in scaled real time, serving /metrics (the spec's engine and DCGM, "
+                        "as their releases export them) "
                         "and POST /scale until the trace ends or Ctrl-C")
     p.add_argument("--speed", type=POSITIVE, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")

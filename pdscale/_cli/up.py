@@ -33,20 +33,12 @@ class LocalStack:
 
 
 def local_spec(spec: Spec, *, urls: Mapping[str, str], speed: float) -> dict[str, Any]:
-    """The spec the local stack runs: one service (the simulator runs one), ticks sped up
-    with the simulation, no Lease, Prometheus and the webhook on loopback, no auth."""
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw["services"] = raw["services"][:1]
-    raw.pop("gpu_budget", None)
-    raw["controller"].update({"tick": max(1, round(15 / speed)),
-                              "prometheus": {**raw["controller"]["prometheus"],
-                                             "url": urls["prometheus"], "history": 3600}})
-    raw["controller"]["leader_election"]["enabled"] = False
-    raw["alerts"]["webhook"] = {**raw["alerts"]["webhook"],
-                                "url": f"{urls['controller']}/v1/alerts/alertmanager"}
-    raw["alerts"]["webhook"].pop("credentials_file", None)
-    raw["reactions"]["auth"] = {}
-    return raw
+    """The spec the local stack runs: the first service (the simulator runs one), ticks sped
+    up with the simulation (``pdscale._servers.loopback_spec`` for the rest)."""
+    from pdscale._servers import loopback_spec
+
+    return loopback_spec(spec, spec.services[0].name, prometheus_url=urls["prometheus"],
+                         controller_url=urls["controller"], tick_s=max(1, round(15 / speed)))
 
 
 def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Path,
@@ -233,15 +225,15 @@ def _cmd_down(args: argparse.Namespace) -> int:
     state = _up_state(state_file)
     if state is None:
         return EXIT_BAD_INPUT
+    for p in reversed(state["processes"]):  # the controller first: it would replace workers
+        was = alive(p["pid"])
+        _terminate(p["pid"])
+        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
         from simulator import stop_stack
 
         for name in stop_stack(Path(args.dir) / state["dynamo"]):
             print(f"  {name:<12} stopped")
-    for p in reversed(state["processes"]):
-        was = alive(p["pid"])
-        _terminate(p["pid"])
-        print(f"  {p['name']:<12} {'stopped' if was else 'was not running'}")
     state_file.unlink()
     return EXIT_OK
 

@@ -29,8 +29,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
               f"thresholds whose tiers a test can tell apart; got {exc}. Fix: widen the gap "
               "between the warning and critical values or `for` durations", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from pdscale._notes import provenance_notes
+
     pools = sum(len(s.pools) for s in spec.services)
     print(f"{args.spec}: valid ({len(spec.services)} service(s), {pools} pool(s))")
+    for note in provenance_notes(spec):
+        print(note)
     return EXIT_OK
 
 

@@ -27,6 +27,8 @@ def test_each_alert_exists_in_both_tiers(example: tuple[str, Spec]) -> None:
             expected = ALWAYS | (PREFILL if role is Role.PREFILL else DECODE)
             if service.engine is Engine.TGI:  # no TTFT histogram, no prefix-cache series
                 expected -= PREFILL
+            if service.engine is Engine.DYNAMO and role is Role.PREFILL:
+                expected -= {"LLMKVCacheNearFull"}  # a Dynamo prefill worker exports no KV
             mine = [r for r in rules if r["labels"]["pdscale_service"] == service.name
                     and r["labels"]["pdscale_pool"] == role.value]
             by_name: dict[str, set[str]] = {}
@@ -42,7 +44,31 @@ def test_preemption_and_error_alerts_follow_the_catalog(example: tuple[str, Spec
     names = {(r["labels"]["pdscale_service"], r["alert"]) for r in _rules(spec)}
     for service in spec.services:
         has_preempt = (service.name, "LLMPreemptionsRising") in names
-        assert has_preempt == (service.engine in (Engine.VLLM, Engine.DYNAMO))
+        # SGLang counts them as retractions (0.5.23); TGI exports none.
+        assert has_preempt == (service.engine is not Engine.TGI)
+        has_transfer = (service.name, "LLMKVTransferFailing") in names
+        assert has_transfer == (service.engine in (Engine.VLLM, Engine.SGLANG))
+        assert has_transfer == ((service.name, "LLMKVHandoffFailing") in names)
+
+
+def test_absence_alert_per_signal_group(example: tuple[str, Spec]) -> None:
+    """Each signal group's recorded series is watched, so a selector that goes empty pages."""
+    _, spec = example
+    for service in spec.services:
+        for role in Role:
+            rules = [r for r in _rules(spec) if r["alert"] == "LLMPoolMetricsAbsent"
+                     and r["labels"]["pdscale_service"] == service.name
+                     and r["labels"]["pdscale_pool"] == role.value]
+            groups = {r["labels"]["signal_group"] for r in rules}
+            expected = {"latency", "queue", "kv", "tokens", "errors", "gpu"}
+            if service.engine is Engine.DYNAMO and role is Role.PREFILL:
+                expected -= {"kv"}
+            if service.engine is Engine.DYNAMO and role is Role.DECODE:
+                expected -= {"errors"}  # the frontend's errors are the service's, on prefill
+            assert groups == expected, (service.name, role)
+            for r in rules:
+                assert r["expr"].startswith("absent(pdscale_pool:")
+                assert r["labels"]["signal_group"] in r["annotations"]["description"]
 
 
 def test_labels_and_annotations(example: tuple[str, Spec]) -> None:

@@ -166,6 +166,23 @@ def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
     assert any("decode's miss" in r for r in reasons)
 
 
+def test_a_ttft_miss_soon_after_a_decode_backlog_is_still_decode_s() -> None:
+    """The recorded TTFT p95 is over 5 minutes: once decode catches up it still carries the
+    waits for decode slots, and prefill must not react to them; after the window it does."""
+    policy = _policy(burst_window=0)
+    for t in range(0, 120, 15):  # decode backlogged, TTFT high
+        obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
+        obs.pools[KEY_D].signals["queue_depth"] = 500.0  # type: ignore[index]
+        policy.decide(obs)
+    for t in range(120, 400, 15):  # decode caught up; TTFT p95 still high from its waits
+        out = policy.decide(_obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2)))
+        if t < 120 + 300 - 15:
+            assert _desired(out, KEY_P) <= 4, (t, out[KEY_P].reasons)  # no reaction
+            assert any("decode's miss" in r for r in out[KEY_P].reasons)
+    later = policy.decide(_obs(500, prompt=20_000.0, ttft=3.0, ready=(4, 2)))
+    assert _desired(later, KEY_P) == 5  # a miss of prefill's own, well after the backlog
+
+
 def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -> None:
     def decode_capacity(where: str) -> float:
         policy = _policy()
@@ -239,3 +256,20 @@ def test_no_flapping_under_constant_load() -> None:
         history.append(ready)
     changes = sum(1 for a, b in itertools.pairwise(history) if a != b)
     assert changes <= 2  # one move to the right size, then steady
+
+
+def test_prefill_demand_is_the_engines_computed_tokens_where_exported() -> None:
+    """vLLM 0.34's prompt_tokens_by_source{source="local_compute"} is the exact prefill demand:
+    it replaces prompt tokens x (1 - hit), and its absence falls back to that estimate."""
+    sized = []
+    for computed in (50_000.0, None):
+        policy = _policy()
+        obs = _obs(0, prompt=200_000.0)
+        signals = dict(obs.pools[KEY_P].signals)
+        signals["prompt_tokens_computed_per_s"] = computed
+        pools = dict(obs.pools)
+        pools[KEY_P] = PoolObservation(KEY_P, obs.pools[KEY_P].replicas, signals,
+                                       obs.pools[KEY_P].data_time_s)
+        out = policy.decide(Observation(0, pools))
+        sized.append(_desired(out, KEY_P))
+    assert sized[0] < sized[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from alerts import alert_defs
+from controller._webhook import AlertReceiver
 from pdscale.spec import ReactionAction, ReactionSettings, Spec
 
 
@@ -30,3 +31,34 @@ def test_every_reaction_rule_matches_a_generated_critical_alert(example: tuple[s
     # The latency, queue and hardware alerts all have a reaction.
     assert {"LLMTimeToFirstTokenHigh", "LLMInterTokenLatencyHigh", "LLMQueueBacklogHigh",
             "LLMGPUXidError"} <= acted
+
+
+def test_a_missing_group_the_controller_does_not_read_only_pages() -> None:
+    """Without a DCGM exporter the gpu group is absent for good: holding scale-down on it
+    would keep every pool at its peak forever. Only the controller's inputs hold."""
+    from controller._webhook import AlertmanagerAlert
+    from pdscale.spec import parse_spec
+    from tests.controller.test_api import SPEC
+
+    spec = parse_spec(SPEC.replace("PORT", "9").split("reactions:")[0])
+    outcomes = {}
+    for group in ("latency", "queue", "tokens", "kv", "errors", "gpu"):
+        receiver = _receiver(spec)
+        alert = AlertmanagerAlert.model_validate({
+            "status": "firing", "fingerprint": group, "startsAt": "2026-12-03T10:00:00Z",
+            "labels": {"alertname": "LLMPoolMetricsAbsent", "severity": "critical",
+                       "signal_group": group, "pdscale_service": "chat",
+                       "pdscale_pool": "decode"}})
+        outcomes[group] = receiver.process(alert).action
+    assert outcomes == {"latency": "hold_scale_down", "queue": "hold_scale_down",
+                        "tokens": "hold_scale_down", "kv": "notify_only",
+                        "errors": "notify_only", "gpu": "notify_only"}
+
+
+def _receiver(spec: Spec) -> AlertReceiver:
+    from controller._reconciler import Overrides
+    from telemetry import ControllerTelemetry
+
+    return AlertReceiver(spec, overrides=Overrides(), now=lambda: 0.0,
+                         telemetry=ControllerTelemetry(spec, identity="t"),
+                         current_replicas=lambda key: 2)

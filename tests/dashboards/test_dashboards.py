@@ -73,3 +73,27 @@ def test_configmaps_for_the_grafana_sidecar(example: tuple[str, Spec]) -> None:
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert cm["metadata"]["namespace"] == spec.dashboards.configmap.namespace
         assert json.loads(cm["data"][f"{doc.uid}.json"]) == doc.model
+
+
+def _units(model: dict) -> dict[str, tuple[str, list[str]]]:
+    out = {}
+    for panel in model["panels"]:
+        if panel["type"] == "row":
+            continue
+        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+        out[panel["title"]] = (unit, [t["expr"] for t in panel.get("targets", [])])
+    return out
+
+
+def test_controller_health_panels_have_one_unit_each(example: tuple[str, Spec]) -> None:
+    """Errors per second, tick seconds and the 0/1 lease were once on one axis."""
+    _, spec = example
+    board = next(d for d in build_dashboards(spec) if d.uid.endswith("-autoscaler"))
+    for unit, exprs in _units(board.model).values():
+        kinds = {kind for expr in exprs for kind, name in (
+            ("errors", "pdscale_adapter_errors_total"),
+            ("seconds", "pdscale_tick_duration_seconds"),
+            ("lease", "pdscale_leader")) if name in expr}
+        assert len(kinds) <= 1, (unit, exprs)
+        if kinds == {"seconds"}:
+            assert unit == "s"

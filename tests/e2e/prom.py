@@ -23,7 +23,8 @@ _BUCKETS = (0.001, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 def _families(engine: str) -> list[str]:
     prefixes = {"vllm": ("vllm:",), "sglang": ("sglang:",), "dynamo": ("dynamo_frontend_",),
-                "tgi": ("tgi_",), "dcgm": ("DCGM_",)}[engine]
+                "dynamo_worker": ("dynamo_component_",), "tgi": ("tgi_",),
+                "dcgm": ("DCGM_",)}[engine]
     names = {n for n in KNOWN_METRICS if n.startswith(prefixes)}
     # vLLM's external-cache counters are catalogued; include every bucket family's base.
     return sorted(names)
@@ -85,7 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Exporter(str):
-    """The exporter's ``host:port``, and :meth:`close` to kill it mid-test (a dead target)."""
+    """The exporter's ``host:port``, and :meth:`close` to kill it mid-test (a dead target).
+    Use ``str(address)`` where a plain string is needed (YAML configs)."""
 
     server: ThreadingHTTPServer
 
@@ -93,6 +95,19 @@ class Exporter(str):
         if self.server.socket.fileno() != -1:
             self.server.shutdown()
             self.server.server_close()
+
+
+def _represent_exporter(dumper: Any, value: Exporter) -> Any:
+    return dumper.represent_str(str(value))
+
+
+def _yaml_knows_exporters() -> None:
+    import yaml
+
+    yaml.SafeDumper.add_representer(Exporter, _represent_exporter)
+
+
+_yaml_knows_exporters()
 
 
 @contextmanager
@@ -158,6 +173,21 @@ def alertmanager(config: dict[str, Any], workdir: Path, port: int,
                              workdir / "am-data", port)
     with _server("alertmanager", argv, workdir, port, timeout_s) as url:
         yield url
+
+
+def eventually(check: Any, timeout_s: float = 30.0, what: str = "the condition",
+               detail: Any = None, poll_s: float = 0.25) -> Any:
+    """Poll ``check`` until it returns something truthy (returned); fail after ``timeout_s``
+    naming ``what`` and, if given, ``detail()`` (the state that explains the failure)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f}s: {what}"
+                                 + (f"; {detail()}" if detail else ""))
+        time.sleep(poll_s)
 
 
 def api(url: str, path: str, params: dict[str, str] | None = None) -> Any:

@@ -25,7 +25,7 @@ from pdscale._servers import write_rule_files
 from pdscale.spec import Role, parse_spec
 from tests.conftest import free_port, need_tool
 from tests.controller.kube_standin import ApiState, api_standin
-from tests.e2e.prom import api, exporter, prometheus
+from tests.e2e.prom import api, eventually, exporter, prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -58,17 +58,6 @@ def _job(address: str, pod: str) -> dict[str, Any]:
                                 "labels": {"namespace": "llm", "pod": pod}}]}
 
 
-def _wait(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
-        time.sleep(0.2)
-
-
 def test_a_dead_target_is_degraded_within_a_scrape_and_an_evaluation(tmp_path: Path) -> None:
     need_tool("prometheus")
     prom_port = free_port()
@@ -97,7 +86,7 @@ def test_a_dead_target_is_degraded_within_a_scrape_and_an_evaluation(tmp_path: P
                         report = rec.tick()
                         return all(report.decisions[k].cause != "degraded" for k in (P, D))
 
-                    _wait(healthy, 30, "a tick on healthy data")
+                    eventually(healthy, 30, "a tick on healthy data")
                     age = api(url, "/api/v1/query", {
                         "query": 'pdscale_pool:sample_age:seconds{pdscale_pool="prefill"}'})
                     assert 0 <= float(age["data"]["result"][0]["value"][1]) < 5

@@ -275,13 +275,24 @@ def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Pat
         workers = json.loads((folder / "dynamo" / "workers.json").read_text())
         pids = [p["pid"] for p in state["processes"]] + [stack["frontend"]["pid"]] + [
             w["pid"] for pool in workers["pools"].values() for w in pool["workers"]]
-        assert len(pids) == 4 and all(alive(p) for p in pids)
+        names = [p["name"] for p in state["processes"]]
+        assert names == ["prometheus", "alertmanager", "controller"]
+        assert len(pids) == 6 and all(alive(p) for p in pids)
         assert f"http://127.0.0.1:{stack['frontend']['port']}" in up.stdout
         chunks, _ = _chat(f"http://127.0.0.1:{stack['frontend']['port']}",
                           stack["model"], "bab bad", 3)
         assert len(chunks) == 3
+        # The controller adopted the workers and decides for both pools.
+        controller = next(p["url"] for p in state["processes"] if p["name"] == "controller")
+
+        def decided() -> bool:
+            with urllib.request.urlopen(f"{controller}/v1/status", timeout=5) as resp:
+                status = json.loads(resp.read())
+            return status["ticks"] >= 1 and len(status["pools"]) == 2
+
+        _until(decided, 60, "the controller's first decisions")
     finally:
         down = pdscale("down", "--dir", str(folder))
     assert down.returncode == 0, down.stderr
     assert "stopped" in down.stdout
-    _until(lambda: not any(alive(p) for p in pids), 5, "every process to be gone")
+    _until(lambda: not any(alive(p) for p in pids), 15, "every process to be gone")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from simulator import EventSimulator, synthetic_trace
 from simulator._live import LiveCluster, serve_live
 from simulator._simulate import SimOptions, prepare
 from tests.conftest import ROOT, free_port, need_tool
-from tests.e2e.prom import api, prometheus
+from tests.e2e.prom import api, eventually, prometheus
 
 pytestmark = pytest.mark.e2e
 SPEED = 20.0
@@ -35,17 +34,6 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = api(url, "/api/v1/query", {"query": expr})["data"]["result"]
     return result
-
-
-def _eventually(check: Any, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.5)
 
 
 def test_live_metrics_rules_and_scaling(tmp_path: Path) -> None:
@@ -78,23 +66,23 @@ def test_live_metrics_rules_and_scaling(tmp_path: Path) -> None:
         }
         with prometheus(config, tmp_path, free_port()) as url:
             # Engine series, one set per pod, and recorded pool series from them.
-            pods = _eventually(lambda: _query(url, 'count by (pod) (vllm:num_requests_running'
+            pods = eventually(lambda: _query(url, 'count by (pod) (vllm:num_requests_running'
                                                    '{namespace="llm"})'))
             assert len(pods) == sum(sim.counts(r)["ready"] for r in Role)
-            ttft = _eventually(lambda: _query(
+            ttft = eventually(lambda: _query(
                 url, 'pdscale_pool:time_to_first_token_seconds:p95_rate5m'
                      '{pdscale_service="llama-chat",pdscale_pool="prefill"}'))
             assert 0 < float(ttft[0]["value"][1]) < 60
-            _eventually(lambda: _query(url, 'pdscale_pool:requests:rate5m'
+            eventually(lambda: _query(url, 'pdscale_pool:requests:rate5m'
                                             '{pdscale_service="llama-chat"} > 0'))
-            _eventually(lambda: _query(url, 'pdscale_pool:gpu_utilization:avg'
+            eventually(lambda: _query(url, 'pdscale_pool:gpu_utilization:avg'
                                             '{pdscale_pool="decode"}'))
             # Scale the decode pool through the HTTP actuator: pods appear after the cold
             # start (20 simulated seconds, 1 s of wall time at x20).
             before = sim.counts(Role.DECODE)["ready"]
             answer = _post(f"{live}/scale", {"pool": "decode", "replicas": before + 2})
             assert answer["desired"] == before + 2 and answer["starting"] == 2
-            _eventually(lambda: len(_query(
+            eventually(lambda: len(_query(
                 url, 'count by (pod) (vllm:num_requests_running{pod=~"llama-chat-decode-.*"})'))
                 == before + 2)
             bad = urllib.request.Request(f"{live}/scale", data=b'{"pool": "gpu"}', method="POST")

@@ -15,6 +15,7 @@ from alerts import alert_files, alerting_groups, recording_groups
 from dashboards import build_dashboards, panel_queries
 from pdscale._servers import write_rule_files
 from pdscale.spec import Engine, Role, Spec, load_spec
+from telemetry import dynamo_label_namespace
 from tests.conftest import EXAMPLES, free_port, need_tool
 from tests.e2e.prom import api, exporter, prometheus
 
@@ -38,10 +39,23 @@ def _targets(spec: Spec, address: str) -> list[dict[str, Any]]:
             if service.engine in (Engine.VLLM, Engine.SGLANG):
                 series["model_name"] = service.model_name
             if service.engine is Engine.DYNAMO:
+                # As Dynamo 1.6.1 exports them: a prefill worker has only the runtime's
+                # dynamo_component_* series, a decode worker re-exports its backend's.
                 assert service.dynamo is not None
-                engine = service.dynamo.backend
-                if pool.selector.dynamo_component:
-                    series["dynamo_component"] = pool.selector.dynamo_component
+                # The runtime writes DYN_NAMESPACE with '-' as '_'.
+                runtime = {"dynamo_namespace": dynamo_label_namespace(service.dynamo.namespace),
+                           "dynamo_component": pool.selector.dynamo_component or "prefill",
+                           "dynamo_endpoint": "generate"}
+                series = {"model_name": service.model_name} if role is Role.DECODE \
+                    else runtime
+                if role is Role.DECODE:  # and the decode worker's own runtime series
+                    engine = service.dynamo.backend
+                    configs.append({"targets": [address], "labels": {
+                        "namespace": service.namespace, "pod": _regex_sample(pool.pod_regex),
+                        "__param_engine": "dynamo_worker",
+                        "__param_labels": json.dumps(runtime)}})
+                else:
+                    engine = "dynamo_worker"
             configs.append({"targets": [address], "labels": {
                 "namespace": service.namespace, "pod": _regex_sample(pool.pod_regex),
                 "__param_engine": engine, "__param_labels": json.dumps(series)}})
@@ -50,7 +64,7 @@ def _targets(spec: Spec, address: str) -> list[dict[str, Any]]:
             configs.append({"targets": [address], "labels": {
                 "namespace": service.namespace, "pod": f"{service.name}-frontend-0",
                 "__param_engine": "dynamo",
-                "__param_labels": json.dumps({"dynamo_namespace": service.dynamo.namespace})}})
+                "__param_labels": json.dumps({"model": service.model_name})}})
     return configs
 
 

@@ -41,7 +41,7 @@ from simulator._simulate import SimOptions, prepare
 from simulator._trace import Trace
 from tests.conftest import free_port, need_tool
 from tests.controller.kube_standin import ApiState, api_standin
-from tests.e2e.prom import alertmanager, prometheus
+from tests.e2e.prom import alertmanager, eventually, prometheus
 
 pytestmark = pytest.mark.e2e
 SPEED = 10.0
@@ -92,18 +92,6 @@ def _trace() -> Trace:
     n = len(arrival)
     return Trace("surge", arrival, np.full(n, 2000, dtype=np.int64),
                  np.full(n, 40, dtype=np.int64))
-
-
-def _eventually(check: Any, timeout_s: float, what: str, detail: Any = None) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not in {timeout_s:.0f}s: {what}"
-                                 + (f"; {detail()}" if detail else ""))
-        time.sleep(0.25)
 
 
 def _alerts(prom: str) -> Any:
@@ -175,7 +163,7 @@ def loop(tmp_path: Path) -> Iterator[dict[str, Any]]:
                                                        log_level="warning"))
                 server_thread = threading.Thread(target=server.run, daemon=True)
                 server_thread.start()
-                _eventually(lambda: server.started, 20, "controller API up")
+                eventually(lambda: server.started, 20, "controller API up")
                 controller.start()
                 try:
                     yield {"controller": controller, "live": live, "state": state,
@@ -198,13 +186,13 @@ def test_surge_alert_scales_prefill_then_resolves(loop: dict[str, Any]) -> None:
         return [r for r in list(receiver.records)
                 if r.action == "scale_up" and r.outcome == "applied"]
 
-    first = _eventually(applied, 90, "a critical alert delivered and acted on")[0]
+    first = eventually(applied, 90, "a critical alert delivered and acted on")[0]
     assert first.pool == ("chat", Role.PREFILL)
     assert first.alertname in ("LLMQueueBacklogHigh", "LLMTimeToFirstTokenHigh")
     # The reaction's floor reaches the simulator's prefill pool through the scale subresource.
-    _eventually(lambda: live.status()["pools"]["prefill"]["desired"] >= 10, 30,
+    eventually(lambda: live.status()["pools"]["prefill"]["desired"] >= 10, 30,
                 "prefill scaled to the reaction's floor in the simulator")
-    decisions = _eventually(
+    decisions = eventually(
         lambda: [d for d in list(controller.reconciler.decisions)
                  if d.pool == ("chat", Role.PREFILL) and d.outcome == "applied"], 10,
         "the decision recorded")
@@ -221,16 +209,16 @@ def test_surge_alert_scales_prefill_then_resolves(loop: dict[str, Any]) -> None:
     am = f"{loop['am']}/api/v2/alerts"
     firing = [{"labels": labels, "annotations": {}, "startsAt": started}]
     assert _post(am, json.dumps(firing).encode(), {"Content-Type": "application/json"}) == 200
-    acted = _eventually(lambda: [r for r in list(receiver.records)
+    acted = eventually(lambda: [r for r in list(receiver.records)
                                  if r.alertname == "LLMQueueBacklogHigh"
                                  and r.outcome == "applied"], 30, "the queue alert acted on")
     fingerprint = acted[0].fingerprint
-    _eventually(lambda: live.status()["pools"]["decode"]["desired"] >= 10, 30,
+    eventually(lambda: live.status()["pools"]["decode"]["desired"] >= 10, 30,
                 "decode scaled by the second reaction")
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
     resolved = [{"labels": labels, "annotations": {}, "startsAt": started, "endsAt": ended}]
     assert _post(am, json.dumps(resolved).encode(), {"Content-Type": "application/json"}) == 200
-    _eventually(lambda: [r for r in list(receiver.records) if r.outcome == "resolved"
+    eventually(lambda: [r for r in list(receiver.records) if r.outcome == "resolved"
                          and r.fingerprint == fingerprint], 30,
                 "Alertmanager delivered the resolution",
                 lambda: [(r.alertname, r.status, r.outcome) for r in list(receiver.records)])
@@ -267,7 +255,7 @@ def test_duplicates_malformed_and_a_flood(loop: dict[str, Any]) -> None:
     code = _post(f"{loop['am']}/api/v2/alerts", json.dumps(alerts).encode(),
                  {"Content-Type": "application/json"})
     assert code == 200
-    _eventually(lambda: receiver.received >= received + 1000, 60,
+    eventually(lambda: receiver.received >= received + 1000, 60,
                 "the flood delivered by Alertmanager")
     assert receiver.wait_idle(30)
     records = list(receiver.records)

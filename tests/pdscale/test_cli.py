@@ -127,7 +127,7 @@ def test_query_unknown_signal_names_engine_and_signals(
         capsys: pytest.CaptureFixture[str]) -> None:
     spec = str(ROOT / "examples" / "sglang.yaml")
     assert main(["query", spec, "--service", "qwen-sglang", "--pool", "decode",
-                 "--signal", "preemptions_per_s"]) == 2
+                 "--signal", "external_prefix_cache_hit_ratio"]) == 2
     err = capsys.readouterr().err
     assert "not exported by engine 'sglang'" in err
     assert "kv_cache_usage_ratio" in err

@@ -66,8 +66,7 @@ def test_unknown_profile_in_spec_exits_2(tmp_path: Path,
                                                    "profile: tpu-v9", 1))
     assert main(["simulate", "--spec", str(spec), "--duration", "60",
                  "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "services[0].pools.prefill.profile" in err and "got 'tpu-v9'" in err
+    assert "unknown profile 'tpu-v9'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not (SHARED / "traces").exists(), reason="../shared/traces is absent")

@@ -60,9 +60,17 @@ def test_engines_lack_what_they_do_not_export(example: tuple[str, Spec]) -> None
     for service in spec.services:
         have = engine_signals(service, Role.PREFILL)
         if service.engine is Engine.SGLANG:
-            assert Signal.PREEMPTIONS_PER_S not in have
+            # SGLang counts preemptions as retractions (0.5.23).
+            assert "sglang:num_retracted_requests_total" in pool_expr(
+                Signal.PREEMPTIONS_PER_S, service, Role.DECODE)
+            assert Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO not in have
         if service.engine is Engine.VLLM:
             assert Signal.EXTERNAL_PREFIX_CACHE_HIT_RATIO in have
+        if service.engine is Engine.DYNAMO:
+            # A Dynamo prefill worker exports no vllm:* series at all.
+            for signal in have:
+                assert "vllm:" not in pool_expr(signal, service, Role.PREFILL), signal
+            assert Signal.KV_CACHE_USAGE_MAX_RATIO not in have
 
 
 def test_tgi_has_no_ttft(example: tuple[str, Spec]) -> None:
