@@ -85,3 +85,40 @@ def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constrain
     capped, _ = simulate(spec.model_copy(update={"gpu_budget": 4}), options)
     assert most_gpus(capped) <= 4
     assert capped.summary["slo_attainment"] < free.summary["slo_attainment"]
+
+
+def test_a_simulated_run_is_deterministic_refits_included() -> None:
+    """Refits run in the reconciler's foreground on the simulated clock: the same run twice
+    gives the same decisions, forecasts included."""
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    options = SimOptions(policy="pdscale", mode="fluid", duration_s=3 * 3600.0, scale=2.0)
+    runs = [simulate(spec, options)[0] for _ in range(2)]
+    assert runs[0].decisions == runs[1].decisions
+    forecasts = [r for d in runs[0].decisions for r in d["reasons"] if "forecast q0.9" in r]
+    assert forecasts, "the forecaster was fitted and used within the run"
+    for key in ("slo_attainment", "gpu_hours", "scale_actions"):
+        assert runs[0].summary[key] == runs[1].summary[key]
+
+
+def test_a_failing_policy_stops_the_simulation_loudly() -> None:
+    """The reconciler isolates failures in a cluster; in a simulation an error is a bug, so
+    the run stops and says what failed."""
+    import pytest
+
+    from controller import Observation, PoolDecision, PoolKey
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+    from simulator._world import SimulationError
+
+    class Broken:
+        name = "broken"
+
+        def decide(self, observation: Observation) -> dict[PoolKey, PoolDecision]:
+            raise ZeroDivisionError("bad arithmetic")
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    with pytest.raises(SimulationError, match="policy error: ZeroDivisionError: bad arithmetic"):
+        simulate(spec, SimOptions(duration_s=300.0), policy=Broken())
