@@ -142,9 +142,12 @@ class ReactivePolicy:
             return signals.get(Signal.GPU_UTILIZATION_RATIO)
         kv = signals.get(Signal.KV_CACHE_USAGE_RATIO)
         running = signals.get(Signal.RUNNING_REQUESTS)
+        # Occupancy over the replicas of the same sample (its scrape targets), not today's
+        # ready count: after a scale-up the old sample's sequences would look spread thin.
+        replicas = signals.get(Signal.TARGETS_UP) or ready
         occ = None
-        if running is not None and self.decode_max_batch and ready:
-            occ = min(1.0, running / (ready * self.decode_max_batch))
+        if running is not None and self.decode_max_batch and replicas:
+            occ = min(1.0, running / (replicas * self.decode_max_batch))
         values = [v for v in (kv, occ) if v is not None]
         return max(values) if values else None
 
