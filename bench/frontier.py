@@ -59,10 +59,9 @@ def _label(setting: dict[str, float]) -> str:
 def _run(trace: str, policy: str, setting: dict[str, float], seed: int) -> dict[str, Any]:
     """One simulation in a worker process."""
     sys.path.insert(0, str(ROOT))
+    from controller import Policy
     from pdscale.spec import load_spec
-    from simulator import DynamoPolicy, ReactivePolicy, SimOptions
-    from simulator._fluid import run_fluid
-    from simulator._runner import run_event
+    from simulator import DynamoPolicy, ReactivePolicy, SimOptions, simulate
     from simulator._simulate import prepare
 
     t = TRACES[trace]
@@ -73,22 +72,18 @@ def _run(trace: str, policy: str, setting: dict[str, float], seed: int) -> dict[
     options = SimOptions(trace=str(SHARED / t["file"]), mode=t["mode"], scale=t["scale"],
                          cold_start_s=COLD_START_S, seed=seed, policy=policy,
                          service=t["service"])
-    prepared = prepare(spec, options)
-    chosen = prepared.policy
-    setup = prepared.setup
-    if policy == "reactive" and setting:
-        chosen = ReactivePolicy(tick_s=setup.tick_s, **setting)
-    elif policy == "dynamo" and setting:
-        chosen = DynamoPolicy(setup.prefill.profile, setup.decode.profile,
-                              ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s,
-                              **setting)
+    chosen: Policy | None = None
+    if policy in ("reactive", "dynamo") and setting:
+        setup = prepare(spec, options).setup
+        if policy == "reactive":
+            chosen = ReactivePolicy(tick_s=setup.tick_s,
+                                    decode_max_batch=setup.decode.profile.max_batch, **setting)
+        else:
+            chosen = DynamoPolicy(setup.prefill.profile, setup.decode.profile,
+                                  ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s,
+                                  **setting)
     started = time.perf_counter()
-    if prepared.mode == "event":
-        assert prepared.trace is not None
-        result = run_event(setup, prepared.trace, chosen)
-    else:
-        assert prepared.load is not None
-        result = run_fluid(setup, prepared.load, chosen)
+    result, _ = simulate(spec, options, policy=chosen)
     s = result.summary
     return {"trace": trace, "policy": policy, "setting": _label(setting), "seed": seed,
             "slo_attainment": s["slo_attainment"], "gpu_hours": s["gpu_hours"],

@@ -31,6 +31,8 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the parallelism
 
 ROOT = Path(__file__).resolve().parent.parent
+# The packages come before bench/ itself, whose simulator.py and controller.py would shadow them.
+sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "traces"
 SPEC = ROOT / "bench" / "policies.yaml"
 RESULTS = ROOT / "bench" / "results"

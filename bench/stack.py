@@ -65,7 +65,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # Ahead of bench/ itself: bench/controller.py would shadow the controller package.
 sys.path.insert(0, str(ROOT))
 
-from controller import InstanceProfile, Observation, PoolDecision, PoolKey  # noqa: E402
+from controller import (  # noqa: E402
+    InstanceProfile,
+    Observation,
+    PoolDecision,
+    PoolKey,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
 from pdscale.spec import Role  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
@@ -314,10 +321,10 @@ def prefill_utilisation(signals: Mapping[str, float | None], ready: int,
     prompt = signals.get("prompt_tokens_per_s")
     if prompt is None:
         return None
-    hit = min(max(signals.get("prefix_cache_hit_ratio") or 0.0, 0.0), 0.95)
     mean = signals.get("mean_input_tokens_interval") or 1024.0
-    per_replica = profile.prefill_tokens_per_s(mean, mean * mean)
-    return prompt * (1 - hit) / (max(ready, 1) * per_replica)
+    saturated = prefill_capacity(profile, mean, mean * mean, headroom=1.0)
+    demand = uncached_prefill_demand(prompt, signals.get("prefix_cache_hit_ratio"))
+    return demand / (max(ready, 1) * saturated)
 
 
 class StackReactivePolicy:

@@ -2,29 +2,148 @@
 actuators, leader election, alert reactions and the HTTP API.
 
 Importing this package stays light (no Kubernetes client, no web framework): the simulator
-uses the policy and its constraints. The in-cluster pieces live in ``controller._runtime``
-(the :class:`Controller` that ``pdscale run`` builds), ``controller._api`` (FastAPI app),
-``controller._reconciler``, ``controller._kube``, ``controller._leader`` and
-``controller._webhook``.
+runs the policy in the same reconcile loop (:class:`Reconciler`) on its own clock. The
+in-cluster pieces live in ``controller._runtime`` (the :class:`Controller` that ``pdscale
+run`` builds), ``controller._api`` (FastAPI app), ``controller._kube``, ``controller._leader``
+and ``controller._webhook``.
 """
 
-from controller._capacity import CapacityModel, decode_batch_at_slo
+from typing import TYPE_CHECKING, Any
+
+from controller._capacity import CapacityModel
 from controller._constraints import ConstrainedPolicy, Constraints, apply_constraints
+from controller._forecast import ForecastStage, NoForecast
 from controller._interface import (
     Actuator,
+    Cause,
     Detail,
     Observation,
     Policy,
     PoolDecision,
+    PoolForecast,
     PoolKey,
     PoolObservation,
     PoolReplicas,
 )
-from controller._policy import ColdStartTracker, PdscalePolicy, build_policy, policy_settings
+from controller._perf import (
+    HEADROOM,
+    DecodePoint,
+    decode_batch_limit,
+    decode_operating_point,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
+from controller._policy import ColdStartTracker, PdscalePolicy, build_forecasts, build_policy
 from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
+from controller._recommend import hpa_manifests, keda_manifests
+from controller._reconciler import (
+    AdapterError,
+    Clock,
+    DecisionRecord,
+    ObservationSource,
+    Overrides,
+    Reconciler,
+    Refits,
+    SourceResult,
+    SystemClock,
+    TickReport,
+)
+from controller._sizing import Need, SizingInputs, size
+from controller._stabilise import PoolHistory, Stabilised, bound, stabilise
 
-__all__ = ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy", "Constraints",
-           "Detail", "InstanceProfile", "Observation", "PdscalePolicy", "Policy",
-           "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas", "ProfileError",
-           "apply_constraints", "build_policy", "builtin_profiles", "decode_batch_at_slo",
-           "load_profile", "policy_settings"]
+if TYPE_CHECKING:
+    from controller._api import create_app as create_app
+    from controller._process import (
+        ProcessActuator as ProcessActuator,
+    )
+    from controller._process import (
+        WorkerTemplate as WorkerTemplate,
+    )
+    from controller._process import (
+        free_loopback_port as free_loopback_port,
+    )
+    from controller._process import (
+        process_start_ticks as process_start_ticks,
+    )
+    from controller._process import (
+        spawn_process as spawn_process,
+    )
+    from controller._process import (
+        stop_pids as stop_pids,
+    )
+    from controller._process import (
+        stop_recorded as stop_recorded,
+    )
+    from controller._process import (
+        sum_metric as sum_metric,
+    )
+    from controller._process import (
+        targets_file_name as targets_file_name,
+    )
+    from controller._runtime import (
+        Controller as Controller,
+    )
+    from controller._runtime import (
+        KubeConfigError as KubeConfigError,
+    )
+    from controller._runtime import (
+        is_loopback as is_loopback,
+    )
+    from controller._runtime import (
+        kube_client as kube_client,
+    )
+    from controller._runtime import (
+        reader_from_spec as reader_from_spec,
+    )
+    from controller._runtime import (
+        serve as serve,
+    )
+
+_LAZY = {
+    "create_app": "controller._api",
+    "Controller": "controller._runtime",
+    "KubeConfigError": "controller._runtime",
+    "is_loopback": "controller._runtime",
+    "kube_client": "controller._runtime",
+    "reader_from_spec": "controller._runtime",
+    "serve": "controller._runtime",
+    "ProcessActuator": "controller._process",
+    "WorkerTemplate": "controller._process",
+    "free_loopback_port": "controller._process",
+    "process_start_ticks": "controller._process",
+    "spawn_process": "controller._process",
+    "stop_pids": "controller._process",
+    "stop_recorded": "controller._process",
+    "sum_metric": "controller._process",
+    "targets_file_name": "controller._process",
+}
+"""The in-cluster pieces (the Kubernetes client, the web framework, local processes): loaded on
+first use, so ``import controller`` stays light for the simulator and the CLI."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'controller' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
+           "ColdStartTracker", "ConstrainedPolicy", "Constraints", "Controller",
+           "DecisionRecord", "DecodePoint", "Detail", "ForecastStage",
+           "InstanceProfile", "KubeConfigError", "Need", "NoForecast", "Observation",
+           "ObservationSource", "Overrides", "PdscalePolicy", "Policy", "PoolDecision",
+           "PoolForecast", "PoolHistory", "PoolKey", "PoolObservation", "PoolReplicas",
+           "ProcessActuator", "ProfileError", "Reconciler", "Refits", "SizingInputs",
+           "SourceResult", "Stabilised", "SystemClock", "TickReport", "WorkerTemplate",
+           "apply_constraints", "bound", "build_forecasts", "build_policy",
+           "builtin_profiles", "create_app", "decode_batch_limit",
+           "decode_operating_point", "free_loopback_port", "hpa_manifests",
+           "is_loopback", "keda_manifests", "kube_client", "load_profile",
+           "prefill_capacity", "process_start_ticks", "reader_from_spec", "serve",
+           "size", "spawn_process", "stabilise", "stop_pids", "stop_recorded",
+           "sum_metric", "targets_file_name", "uncached_prefill_demand"]

@@ -41,13 +41,48 @@ def _problem(code: int, error: str, detail: Any = None,
     return JSONResponse({"error": error, "detail": detail}, status_code=code, headers=headers)
 
 
-def create_app(controller: Controller) -> FastAPI:
-    app = FastAPI(title="pdscale controller", version="1",
-                  description="Forecast-driven prefill/decode autoscaler for disaggregated "
-                              "LLM inference: status, decisions, forecasts, metrics and the "
-                              "Alertmanager webhook.")
-    max_body = controller.spec.reactions.max_body_bytes
+async def _read_payload(request: Request, controller: Controller, max_body: int
+                        ) -> AlertmanagerPayload | JSONResponse:
+    """The webhook's payload, or the problem response that refuses it (disabled, credentials,
+    content type, size, JSON, schema)."""
+    if controller.webhook_refusal is not None:
+        return _problem(403, "webhook disabled", controller.webhook_refusal)
+    if not controller.authenticator.check(request.headers.get("authorization")):
+        return _problem(401, "missing or wrong credentials",
+                        "send the bearer token or basic auth configured in "
+                        "spec.reactions.auth", headers={"WWW-Authenticate": "Bearer"})
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        return _problem(415, f"expected Content-Type application/json, got {ctype!r}")
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > max_body):
+        return _problem(413, f"body over {max_body} bytes",
+                        "raise spec.reactions.max_body_bytes or lower max_alerts")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body:
+            return _problem(413, f"body over {max_body} bytes",
+                            "raise spec.reactions.max_body_bytes or lower max_alerts")
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _problem(400, "body is not JSON", str(exc))
+    except RecursionError:
+        return _problem(400, "body is nested too deeply to be an Alertmanager payload")
+    try:
+        payload = AlertmanagerPayload.model_validate(raw)
+    except RecursionError:
+        return _problem(400, "body is nested too deeply to be an Alertmanager payload")
+    except ValidationError as exc:
+        errors = [{"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]}
+                  for e in exc.errors(include_url=False)[:20]]
+        return _problem(422, "not an Alertmanager webhook payload (version 4)", errors)
+    return payload
 
+
+def _read_routes(app: FastAPI, controller: Controller) -> None:
+    """Health, readiness, metrics, status, decisions and forecasts."""
     @app.get("/healthz", summary="Liveness: the loops are running")
     def healthz() -> JSONResponse:
         if controller.alive:
@@ -80,12 +115,16 @@ def create_app(controller: Controller) -> FastAPI:
 
     @app.get("/v1/forecast", summary="Latest forecast per pool: horizons and quantiles")
     def forecast() -> JSONResponse:
-        out = {}
-        tables = getattr(controller.policy, "last_forecast", {})  # pdscale's policy only
-        for key, table in list(tables.items()):
-            out[f"{key[0]}/{key[1].value}"] = table
+        out = {f"{key[0]}/{key[1].value}": record.forecast.as_dict()
+               for key, record in list(controller.reconciler.last.items())
+               if record.forecast is not None}
         return JSONResponse({"unit": {"prefill": "uncached prompt tokens/s",
                                       "decode": "generated tokens/s"}, "pools": out})
+
+
+def _webhook_route(app: FastAPI, controller: Controller) -> None:
+    """The Alertmanager webhook: checked, parsed, queued for the reaction worker."""
+    max_body = controller.spec.reactions.max_body_bytes
 
     @app.post("/v1/alerts/alertmanager", summary="Alertmanager webhook (payload version 4)",
               status_code=200,
@@ -97,39 +136,9 @@ def create_app(controller: Controller) -> FastAPI:
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": AlertmanagerPayload.model_json_schema()}}}})
     async def alertmanager(request: Request) -> JSONResponse:
-        if controller.webhook_refusal is not None:
-            return _problem(403, "webhook disabled", controller.webhook_refusal)
-        if not controller.authenticator.check(request.headers.get("authorization")):
-            return _problem(401, "missing or wrong credentials",
-                            "send the bearer token or basic auth configured in "
-                            "spec.reactions.auth", headers={"WWW-Authenticate": "Bearer"})
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            return _problem(415, f"expected Content-Type application/json, got {ctype!r}")
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body):
-            return _problem(413, f"body over {max_body} bytes",
-                            "raise spec.reactions.max_body_bytes or lower max_alerts")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body:
-                return _problem(413, f"body over {max_body} bytes",
-                                "raise spec.reactions.max_body_bytes or lower max_alerts")
-        try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _problem(400, "body is not JSON", str(exc))
-        except RecursionError:
-            return _problem(400, "body is nested too deeply to be an Alertmanager payload")
-        try:
-            payload = AlertmanagerPayload.model_validate(raw)
-        except RecursionError:
-            return _problem(400, "body is nested too deeply to be an Alertmanager payload")
-        except ValidationError as exc:
-            errors = [{"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]}
-                      for e in exc.errors(include_url=False)[:20]]
-            return _problem(422, "not an Alertmanager webhook payload (version 4)", errors)
+        payload = await _read_payload(request, controller, max_body)
+        if isinstance(payload, JSONResponse):
+            return payload
         try:
             queued, duplicates = controller.receiver.submit(payload)
         except queue.Full:
@@ -142,4 +151,12 @@ def create_app(controller: Controller) -> FastAPI:
         return JSONResponse({"status": "accepted", "alerts": len(payload.alerts),
                              "queued": queued, "duplicates": duplicates})
 
+
+def create_app(controller: Controller) -> FastAPI:
+    app = FastAPI(title="pdscale controller", version="1",
+                  description="Forecast-driven prefill/decode autoscaler for disaggregated "
+                              "LLM inference: status, decisions, forecasts, metrics and the "
+                              "Alertmanager webhook.")
+    _read_routes(app, controller)
+    _webhook_route(app, controller)
     return app

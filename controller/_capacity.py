@@ -5,7 +5,8 @@ a replica serves its saturated chunked-prefill throughput for the length mix, ti
 utilisation that leaves room for queueing within the TTFT SLO. Decode demand is generated
 tokens per second; a replica serves B tokens per step, where B is the largest batch whose step
 time stays within the ITL SLO (with headroom) and whose KV cache fits, so its capacity is
-B / step(B) tokens per second.
+B / step(B) tokens per second. The arithmetic is the performance model's
+(:mod:`controller._perf`); this module tracks the length mix and corrects it online.
 
 Online correction: when a pool misses its latency SLO at a load the model said it could carry,
 the model was optimistic; when it is well within the SLO at high load, pessimistic. The
@@ -18,28 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from controller._perf import HEADROOM, DecodePoint, decode_operating_point, prefill_capacity
 from controller._profiles import InstanceProfile
 from pdscale.spec import Role
 
-__all__ = ["CapacityModel", "decode_batch_at_slo"]
-
-HEADROOM = 0.8
-"""Share of saturated capacity planned for (prefill), or of the ITL SLO a step may use."""
-
-
-def decode_batch_at_slo(profile: InstanceProfile, itl_slo_s: float, ctx_tokens: float,
-                        headroom: float = HEADROOM) -> int:
-    """Largest decode batch whose step time is within ``headroom`` x the ITL SLO and whose KV
-    fits in 95 % of the cache."""
-    budget_ms = itl_slo_s * 1000 * headroom
-    best = 1
-    for b in range(1, profile.max_batch + 1):
-        if profile.decode_step_ms(b, b * ctx_tokens) > budget_ms or \
-                b * ctx_tokens > profile.kv_capacity_tokens * 0.95:
-            break
-        best = b
-    return best
-
+__all__ = ["CapacityModel"]
 
 @dataclass
 class CapacityModel:
@@ -59,6 +43,7 @@ class CapacityModel:
     max_correction: float = 1.5
     smoothing: float = 0.1
     history: list[float] = field(default_factory=list)
+    _point: tuple[tuple[float, float], DecodePoint] | None = field(default=None, repr=False)
 
     def observe_lengths(self, mean_prompt: float | None, mean_output: float | None) -> None:
         """Track the length mix slowly (it changes the per-token cost)."""
@@ -71,19 +56,21 @@ class CapacityModel:
         """Demand units per second one replica carries at the SLO, before correction."""
         if self.role is Role.PREFILL:
             mean_sq = self.mean_prompt_tokens ** 2 * (1 + self.prompt_cv ** 2)
-            return self.profile.prefill_tokens_per_s(self.mean_prompt_tokens,
-                                                     mean_sq) * HEADROOM
-        ctx, batch = self._decode_point()
-        return batch / (self.profile.decode_step_ms(batch, batch * ctx) / 1000)
+            return prefill_capacity(self.profile, self.mean_prompt_tokens, mean_sq)
+        return self._decode_point().tokens_per_s
 
-    def _decode_point(self) -> tuple[float, int]:
-        """Mean context of a decoding sequence, and the batch at the ITL SLO for it."""
+    def _decode_point(self) -> DecodePoint:
+        """The decode operating point at the ITL SLO with headroom, for the mean context of a
+        decoding sequence (cached: the lengths move slowly)."""
         ctx = self.mean_prompt_tokens + self.mean_output_tokens / 2
-        return ctx, decode_batch_at_slo(self.profile, self.slo_s, ctx)
+        key = (round(ctx, 3), self.slo_s)
+        if self._point is None or self._point[0] != key:
+            self._point = (key, decode_operating_point(self.profile, self.slo_s * HEADROOM, ctx))
+        return self._point[1]
 
     def decode_batch(self) -> int:
         """Sequences one decode replica holds at the ITL SLO (with the correction)."""
-        return max(1, math.floor(self._decode_point()[1] * min(self.correction, 1.0)))
+        return max(1, math.floor(self._decode_point().batch * min(self.correction, 1.0)))
 
     def per_replica(self) -> float:
         return self.nominal_per_replica() * self.correction

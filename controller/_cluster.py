@@ -7,12 +7,12 @@ Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIS
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
+from controller._forecast import ForecastStage
 from controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
 from controller._kube import KubeScaleActuator
-from controller._policy import PdscalePolicy
+from controller._perf import uncached_prefill_demand
 from controller._reconciler import AdapterError, SourceResult
 from controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
@@ -22,6 +22,7 @@ from telemetry import (
     PrometheusUnavailable,
     Signal,
     SignalValue,
+    derive_signals,
 )
 
 __all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
@@ -62,16 +63,9 @@ def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_
     return age, "; ".join(why) or None
 
 
-def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {sig.value: v.value for sig, v in values.items()}
-    rate = out.get(Signal.REQUEST_RATE.value)
-    if rate and rate > 0:
-        prompt = out.get(Signal.PROMPT_TOKENS_PER_S.value)
-        gen = out.get(Signal.GENERATION_TOKENS_PER_S.value)
-        # Mean lengths over the window, for the capacity model's attention and KV terms.
-        out["mean_input_tokens_interval"] = prompt / rate if prompt else None
-        out["mean_output_tokens_interval"] = gen / rate if gen else None
-    return out
+def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | None]:
+    """The read values, with the derived signals (mean lengths over the rate window)."""
+    return derive_signals({sig: v.value for sig, v in values.items()})
 
 
 class ClusterSource:
@@ -89,14 +83,11 @@ class ClusterSource:
         errors: list[AdapterError] = []
         try:
             signals = self.reader.read(self.spec, self.signals + HEALTH_SIGNALS, at_s=now_s)
-        except PrometheusUnavailable as exc:
-            errors.append(AdapterError("prometheus", "unavailable", str(exc), None, now_s))
-            signals = {}
-        except PrometheusQueryError as exc:
-            errors.append(AdapterError("prometheus", "rejected", str(exc), None, now_s))
+        except (PrometheusUnavailable, PrometheusQueryError) as exc:
+            errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
         pools: dict[PoolKey, PoolObservation] = {}
-        staleness: dict[PoolKey, dict[str, float | None]] = {}
+        staleness: dict[PoolKey, dict[Signal, float | None]] = {}
         statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services
                                             for role in s.pools])
         for svc in self.spec.services:
@@ -115,8 +106,8 @@ class ClusterSource:
                               for sig, v in values.items()}
                 values = {sig: v for sig, v in values.items() if sig not in HEALTH_SIGNALS}
                 ages = [v.age_s for v in values.values() if v.age_s is not None]
-                staleness[key] = {sig.value: v.age_s for sig, v in values.items()}
-                staleness[key][Signal.SAMPLE_AGE_S.value] = sample_age
+                staleness[key] = {sig: v.age_s for sig, v in values.items()}
+                staleness[key][Signal.SAMPLE_AGE_S] = sample_age
                 replicas = PoolReplicas(
                     ready=status.ready, starting=max(0, status.desired - status.ready),
                     draining=max(0, status.replicas - status.desired), desired=status.desired,
@@ -131,7 +122,7 @@ class ClusterSource:
         return SourceResult(Observation(now_s, pools), errors, staleness)
 
 
-def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolicy, *,
+def warm_from_history(spec: Spec, reader: PrometheusReader, forecasts: ForecastStage, *,
                       now_s: float, history_s: float, step_s: float = 60.0
                       ) -> dict[PoolKey, int]:
     """Feed each pool's forecaster its demand history (prefill: uncached prompt tokens/s;
@@ -149,11 +140,10 @@ def warm_from_history(spec: Spec, reader: PrometheusReader, policy: PdscalePolic
         if key[1] is not Role.PREFILL:
             continue
         hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
-        uncached = [v * (1 - min(max(hit_at.get(t, 0.0), 0.0), 0.95))
-                    if math.isfinite(hit_at.get(t, 0.0)) else v
+        uncached = [uncached_prefill_demand(v, hit_at.get(t))
                     for t, v in zip(times, values, strict=True)]
-        taken[key] = policy.warm(key, times, uncached)
+        taken[key] = forecasts.warm(key, times, uncached)
     for key, (times, values) in gen.items():
         if key[1] is Role.DECODE:
-            taken[key] = policy.warm(key, times, values)
+            taken[key] = forecasts.warm(key, times, values)
     return taken

@@ -21,12 +21,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from controller._interface import Observation, Policy, PoolDecision, PoolKey
+from controller._interface import Cause, Observation, Policy, PoolDecision, PoolKey
 from pdscale.spec import Role, Spec
+from telemetry import Signal
 
 __all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints"]
 
-_LATENCY = {Role.PREFILL: "ttft_p95_s", Role.DECODE: "itl_p95_s"}
+_LATENCY = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Constraints:
                    if s.pd_ratio is not None})
 
 
-def _with(decision: PoolDecision, replicas: int, cause: str, reason: str,
+def _with(decision: PoolDecision, replicas: int, cause: Cause, reason: str,
           **detail: float | str | None) -> PoolDecision:
     return replace(decision, desired_replicas=replicas, cause=cause,
                    reasons=(*decision.reasons, reason), detail={**decision.detail, **detail})
@@ -71,14 +72,14 @@ def _apply_ratio(decisions: dict[PoolKey, PoolDecision], observation: Observatio
                 want = math.ceil(lo * d - 1e-9)
                 got = min(want, top_p)
                 note = "" if got == want else f" (capped at max_replicas {top_p}: bound not met)"
-                decisions[kp] = _with(decisions[kp], got, "ratio",
+                decisions[kp] = _with(decisions[kp], got, Cause.RATIO,
                                       f"ratio: prefill:decode {p}:{d} below {lo:g} -> prefill "
                                       f"{got}{note}", ratio_bound="min")
             elif hi is not None and p > hi * d + 1e-9 and d < top_d:
                 want = math.ceil(p / hi - 1e-9)
                 got = min(want, top_d)
                 note = "" if got == want else f" (capped at max_replicas {top_d}: bound not met)"
-                decisions[kd] = _with(decisions[kd], got, "ratio",
+                decisions[kd] = _with(decisions[kd], got, Cause.RATIO,
                                       f"ratio: prefill:decode {p}:{d} above {hi:g} -> decode "
                                       f"{got}{note}", ratio_bound="max")
             else:
@@ -128,7 +129,7 @@ def _apply_budget(decisions: dict[PoolKey, PoolDecision], observation: Observati
     for k, d in decisions.items():
         if granted[k] < asked[k]:
             decisions[k] = _with(
-                d, granted[k], "budget",
+                d, granted[k], Cause.BUDGET,
                 f"budget: {budget} GPUs shared; granted {granted[k]} of {asked[k]} replicas "
                 f"(priority {constraints.priority.get(k[0], 1.0):g}, SLO deficit "
                 f"{_deficit(k, observation, constraints):.2f})",

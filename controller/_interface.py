@@ -11,23 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import StrEnum
+from typing import Any, Protocol
 
-from pdscale.spec import Role
+from pdscale.spec import PoolKey
+from telemetry import Signal
 
 __all__ = [
     "Actuator",
+    "Cause",
     "Detail",
     "Observation",
     "Policy",
     "PoolDecision",
+    "PoolForecast",
     "PoolKey",
     "PoolObservation",
     "PoolReplicas",
 ]
 
-PoolKey = tuple[str, Role]
-"""(service name, role)."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,8 @@ class PoolReplicas:
 class PoolObservation:
     key: PoolKey
     replicas: PoolReplicas
-    signals: Mapping[str, float | None]
-    """Signal name (telemetry.Signal values) -> value, None when missing or stale."""
+    signals: Mapping[Signal, float | None]
+    """The catalog's signals (derived ones included) -> value, None when missing or stale."""
     data_time_s: float
     """When the signals were true: the time of the pool's newest engine sample where the
     source knows it (not the recording rule's evaluation time)."""
@@ -69,17 +71,74 @@ class Observation:
 Detail = Mapping[str, float | str | None]
 
 
+class Cause(StrEnum):
+    """Why a pool's target is what it is, in one word (the ``reason`` label of
+    ``pdscale_decisions_total``, the ``cause`` of a decision record)."""
+
+    STEADY = "steady"
+    """Nothing to change."""
+    FORECAST = "forecast"
+    """Sized up for the demand forecast one lead ahead (or the demand now)."""
+    REACTIVE = "reactive"
+    """Latency over the SLO or a backlog: sized to drain it."""
+    SCALE_DOWN = "scale_down"
+    """The need stayed lower for the stabilisation window."""
+    DEGRADED = "degraded"
+    """The data cannot be trusted: held, never scaled down."""
+    BOUND = "bound"
+    """The pool's min or max replicas."""
+    BUDGET = "budget"
+    """The GPU budget shared across pools."""
+    RATIO = "ratio"
+    """A service's prefill:decode ratio bound."""
+    REACTION = "reaction"
+    """An alert reaction (webhook): a floor or a held scale-down."""
+
+
+@dataclass(frozen=True)
+class PoolForecast:
+    """A pool's demand forecast as the policy used it: quantiles per horizon from ``at_s``."""
+
+    at_s: float
+    """When it was computed (the forecaster's last observation is the origin)."""
+    horizons_s: tuple[float, ...]
+    """Seconds ahead, one a resolution step, up to the lead."""
+    quantiles: Mapping[float, tuple[float, ...]]
+    """Quantile -> demand per horizon (prefill: uncached prompt tokens/s; decode: generated
+    tokens/s)."""
+    sized_quantile: float
+    """The quantile the pool is sized for (the spec's ``scale_up_quantile``)."""
+    trained_horizons_s: tuple[float, float]
+    """The horizons the model was trained for; beyond them it extrapolates."""
+
+    @property
+    def sized_value(self) -> float:
+        """The highest demand at the sized quantile over the horizons: what is sized for."""
+        return max(self.quantiles[self.sized_quantile])
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON for /v1/forecast and the forecast gauge."""
+        return {"at_s": self.at_s, "horizons_s": list(self.horizons_s),
+                "quantiles": {f"{q:g}": list(v) for q, v in self.quantiles.items()},
+                "trained_horizons_s": list(self.trained_horizons_s)}
+
+
 @dataclass(frozen=True)
 class PoolDecision:
     desired_replicas: int
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, in words (Kubernetes Events, logs)."""
-    cause: str = "steady"
-    """Why, as one machine-readable word: forecast, reactive, scale_down, steady, degraded,
-    bound, budget, ratio, reaction (the ``reason`` label of pdscale_decisions_total)."""
+    cause: Cause = Cause.STEADY
+    """Why, as one machine-readable word."""
     detail: Detail = field(default_factory=dict)
     """Why, machine-readable: the signal and its value, the forecast and its quantile, capacity
     per replica, lead, the bound or budget that applied."""
+    forecast: PoolForecast | None = None
+    """The forecast the decision used, if any (/v1/forecast, the forecast gauge)."""
+    lead_s: float | None = None
+    """How far ahead the pool was sized: its cold-start p90 plus one tick."""
+    cold_start_p90_s: float | None = None
+    """The pool's learned cold start (the cold-start gauge)."""
 
 
 class Policy(Protocol):

@@ -34,22 +34,23 @@ from controller._drain import (
     Replica,
 )
 from controller._interface import PoolKey
+from pdscale.errors import GiveUp, RetryLater
 from pdscale.spec import ScaleTarget
 
 __all__ = ["DELETION_COST_BEFORE", "KubeDrainBackend", "KubePodLabeler", "KubeRejected",
            "KubeScaleActuator", "KubeUnavailable", "ScaleRef", "ScaleStatus"]
 
 
-class KubeUnavailable(Exception):
+class KubeUnavailable(RetryLater):
     """The API server cannot take the call now; retry after ``retry_after_s``."""
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+    adapter = "kubernetes"
 
 
-class KubeRejected(Exception):
+class KubeRejected(GiveUp):
     """The API server refused the call for good (missing object, RBAC, invalid)."""
+
+    adapter = "kubernetes"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,23 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["LeaseElector"]
+from pdscale.errors import GiveUp, PdscaleError, RetryLater
+
+__all__ = ["LeaseElector", "LeaseRejected", "LeaseUnavailable"]
+
+
+class LeaseUnavailable(RetryLater):
+    """The Lease could not be read or written now (connection, timeout, 5xx, 409 lost
+    race): this candidate stands by and tries again at its next step."""
+
+    adapter = "lease"
+
+
+class LeaseRejected(GiveUp):
+    """The API server refuses the Lease for good (403 RBAC, 404 namespace, 422 invalid):
+    fix the ServiceAccount's permissions or the spec's leader_election section."""
+
+    adapter = "lease"
 
 
 def _microtime(t_s: float) -> dt.datetime:
@@ -59,9 +75,14 @@ class LeaseElector:
     now: Callable[[], float]
     """The injected clock (seconds since the epoch)."""
     transitions: int = 0
-    last_error: str | None = None
+    failure: PdscaleError | None = None
+    """Why the last step failed (None when it did not), classified by what to do."""
     _leader: bool = False
     _renewed_at: float | None = None
+
+    @property
+    def last_error(self) -> str | None:
+        return None if self.failure is None else str(self.failure)
 
     @property
     def renew_deadline_s(self) -> float:
@@ -120,7 +141,7 @@ class LeaseElector:
             expired = not holder or renew is None or now + 0.001 >= renew + duration
             if not expired:
                 self._leader = False
-                self.last_error = None
+                self.failure = None
                 return False
             coord.replace_namespaced_lease(
                 self.name, self.namespace, self._body(now, version, now, transitions + 1))
@@ -128,21 +149,23 @@ class LeaseElector:
             return self._won(now)
         except ApiException as exc:
             self._leader = False
-            self.last_error = (f"lease {self.namespace}/{self.name}: API server answered "
-                               f"{exc.status} {exc.reason}")
+            message = (f"lease {self.namespace}/{self.name}: API server answered "
+                       f"{exc.status} {exc.reason}")
             if exc.status == 403:
-                self.last_error += ("; grant the ServiceAccount get, create and update on "
-                                    "leases.coordination.k8s.io in its namespace")
+                message += ("; grant the ServiceAccount get, create and update on "
+                            "leases.coordination.k8s.io in its namespace")
+            self.failure = LeaseRejected(message) if exc.status in (401, 403, 404, 422) \
+                else LeaseUnavailable(message)
             return False
         except Exception as exc:  # connection errors, timeouts
             self._leader = False
-            self.last_error = f"lease {self.namespace}/{self.name}: {exc}"
+            self.failure = LeaseUnavailable(f"lease {self.namespace}/{self.name}: {exc}")
             return False
 
     def _won(self, now: float) -> bool:
         self._leader = True
         self._renewed_at = now
-        self.last_error = None
+        self.failure = None
         return True
 
     def release(self) -> None:

@@ -25,13 +25,20 @@ from typing import Any, Literal, Protocol
 
 from controller._constraints import Constraints, apply_constraints
 from controller._drain import Drainer
-from controller._interface import Actuator, Observation, Policy, PoolDecision, PoolKey
-from controller._kube import KubeRejected, KubeUnavailable
-from controller._policy import PdscalePolicy
-from telemetry import ControllerTelemetry
+from controller._interface import (
+    Actuator,
+    Cause,
+    Observation,
+    Policy,
+    PoolDecision,
+    PoolForecast,
+    PoolKey,
+)
+from pdscale.errors import GiveUp, RetryLater
+from telemetry import ControllerTelemetry, Signal
 
 __all__ = ["AdapterError", "Clock", "DecisionRecord", "ObservationSource", "Overrides",
-           "Reconciler", "SourceResult", "SystemClock", "TickReport"]
+           "Reconciler", "Refits", "SourceResult", "SystemClock", "TickReport"]
 
 log = logging.getLogger("pdscale.controller")
 
@@ -65,13 +72,19 @@ class AdapterError:
     at_s: float = 0.0
 
     @classmethod
+    def from_exception(cls, exc: Exception, pool: PoolKey | None, at_s: float, *,
+                       adapter: str = "actuator") -> AdapterError:
+        """A failure classified by what to do about it (``pdscale.errors``): an adapter's
+        :class:`RetryLater` is ``unavailable``, its :class:`GiveUp` ``rejected``; anything
+        else is an ``error`` of ``adapter`` (a bug or the unknown)."""
+        if isinstance(exc, RetryLater | GiveUp):
+            return cls(exc.adapter, exc.kind, str(exc), pool, at_s)
+        return cls(adapter, "error", f"{type(exc).__name__}: {exc}", pool, at_s)
+
+    @classmethod
     def from_scaling(cls, exc: Exception, pool: PoolKey, at_s: float) -> AdapterError:
-        """A failed read or write of a pool's replicas, classified by what to do about it."""
-        if isinstance(exc, KubeUnavailable):
-            return cls("kubernetes", "unavailable", str(exc), pool, at_s)
-        if isinstance(exc, KubeRejected):
-            return cls("kubernetes", "rejected", str(exc), pool, at_s)
-        return cls("actuator", "error", f"{type(exc).__name__}: {exc}", pool, at_s)
+        """A failed read or write of a pool's replicas."""
+        return cls.from_exception(exc, pool, at_s, adapter="actuator")
 
     def as_dict(self) -> dict[str, Any]:
         return {"adapter": self.adapter, "kind": self.kind, "message": self.message,
@@ -83,11 +96,32 @@ class AdapterError:
 class SourceResult:
     observation: Observation
     errors: list[AdapterError] = field(default_factory=list)
-    staleness: dict[PoolKey, dict[str, float | None]] = field(default_factory=dict)
+    staleness: dict[PoolKey, dict[Signal, float | None]] = field(default_factory=dict)
 
 
 class ObservationSource(Protocol):
     def observe(self, now_s: float) -> SourceResult:
+        ...
+
+
+class Refits(Protocol):
+    """The forecasters' upkeep the loop schedules after each tick (the policy's forecast
+    stage, :class:`controller._forecast.ForecastStage`): on a worker thread in a cluster, in
+    the foreground in the simulator."""
+
+    def pending_refits(self, now_s: float) -> list[PoolKey]:
+        """Pools due a refit."""
+        ...
+
+    def refit(self, key: PoolKey, now_s: float) -> float:
+        """Refit one pool's forecaster; returns the seconds it took."""
+        ...
+
+    def stale_forecasts(self, now_s: float, within_s: float) -> list[PoolKey]:
+        """Pools whose forecast expires within ``within_s``."""
+        ...
+
+    def refresh_forecast(self, key: PoolKey, now_s: float) -> None:
         ...
 
 
@@ -100,14 +134,16 @@ class DecisionRecord:
     desired: int
     outcome: Literal["applied", "unchanged", "standby", "dry_run", "recommend", "failed",
                      "draining"]
-    cause: str
+    cause: Cause
     reasons: tuple[str, ...]
     detail: Mapping[str, Any]
+    forecast: PoolForecast | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"time": self.time_s, "service": self.pool[0], "pool": self.pool[1].value,
                 "current": self.current, "ready": self.ready, "desired": self.desired,
-                "outcome": self.outcome, "cause": self.cause, "reasons": list(self.reasons),
+                "outcome": self.outcome, "cause": self.cause.value,
+                "reasons": list(self.reasons),
                 "detail": dict(self.detail)}
 
 
@@ -174,14 +210,14 @@ class Overrides:
                     top = max(floors.values(), key=lambda o: o.floor)
                     floor = min(top.floor, r.max_replicas)
                     if floor > d.desired_replicas:
-                        d = replace(d, desired_replicas=floor, cause="reaction",
+                        d = replace(d, desired_replicas=floor, cause=Cause.REACTION,
                                     reasons=(*d.reasons, f"reaction: {top.why} -> at least "
                                                          f"{floor}"),
                                     detail={**d.detail, "reaction_floor": floor})
                 holds = self._holds.get(key, {})
                 if holds and d.desired_replicas < r.active:
                     why = next(iter(holds.values())).why
-                    d = replace(d, desired_replicas=r.active, cause="reaction",
+                    d = replace(d, desired_replicas=r.active, cause=Cause.REACTION,
                                 reasons=(*d.reasons, f"reaction: scale-down held ({why})"),
                                 detail={**d.detail, "reaction_hold": True})
                 decisions[key] = d
@@ -197,7 +233,7 @@ def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observati
         held = max(pool.replicas.desired, pool.replicas.active)
         if d.desired_replicas < held:
             decisions[key] = replace(
-                d, desired_replicas=held, cause="degraded",
+                d, desired_replicas=held, cause=Cause.DEGRADED,
                 reasons=(*d.reasons, f"degraded: {pool.degraded}; holding {held} replicas, "
                                      "no scale-down"),
                 detail={**d.detail, "degraded": pool.degraded, "held": held})
@@ -222,8 +258,10 @@ class Reconciler:
                  tick_s: float = 15.0, mode: Literal["act", "recommend"] = "act",
                  dry_run: bool = False, is_leader: Callable[[], bool] = lambda: True,
                  overrides: Overrides | None = None, history: int = 1000,
-                 refit_in_background: bool = True, drainer: Drainer | None = None) -> None:
+                 forecasts: Refits | None = None, refit_in_background: bool = True,
+                 drainer: Drainer | None = None) -> None:
         self.policy = policy
+        self.forecasts = forecasts
         self.source = source
         self.actuator = actuator
         self.clock = clock
@@ -251,10 +289,10 @@ class Reconciler:
     # -- refits -----------------------------------------------------------------------------
 
     def _schedule_refits(self, now: float) -> None:
-        policy = self.policy
-        if not isinstance(policy, PdscalePolicy):
+        forecasts = self.forecasts
+        if forecasts is None:
             return
-        for key in policy.pending_refits(now):
+        for key in forecasts.pending_refits(now):
             running = self._refits.get(key)
             if running is not None and not running.done():
                 continue
@@ -263,23 +301,26 @@ class Reconciler:
                                          f"refit failed: {running.exception()}", key, now))
             if self._executor is None:
                 try:
-                    policy.refit(key, now)
+                    forecasts.refit(key, now)
                 except Exception as exc:
                     self._error(AdapterError("forecaster", "error", f"refit failed: {exc}",
                                              key, now))
             else:
-                self._refits[key] = self._executor.submit(policy.refit, key, now)
+                self._refits[key] = self._executor.submit(forecasts.refit, key, now)
         # Forecasts that expire before the next tick are recomputed on the worker too, so a
-        # tick reuses them instead of predicting for every pool at once.
-        if self._executor is not None and (self._forecasts is None or self._forecasts.done()):
-            stale = policy.stale_forecasts(now, within_s=self.tick_s)
+        # tick reuses them instead of predicting for every pool at once (in the foreground,
+        # here, when there is no worker: the simulator's deterministic runs).
+        if self._executor is None:
+            self._refresh(forecasts, forecasts.stale_forecasts(now, within_s=self.tick_s), now)
+        elif self._forecasts is None or self._forecasts.done():
+            stale = forecasts.stale_forecasts(now, within_s=self.tick_s)
             if stale:
-                self._forecasts = self._executor.submit(self._refresh, policy, stale, now)
+                self._forecasts = self._executor.submit(self._refresh, forecasts, stale, now)
 
     @staticmethod
-    def _refresh(policy: PdscalePolicy, keys: list[PoolKey], now: float) -> None:
+    def _refresh(forecasts: Refits, keys: list[PoolKey], now: float) -> None:
         for key in keys:
-            policy.refresh_forecast(key, now)
+            forecasts.refresh_forecast(key, now)
 
     def wait_for_refits(self, timeout_s: float = 60.0) -> None:
         for future in list(self._refits.values()):
@@ -373,16 +414,13 @@ class Reconciler:
                 errors.append(AdapterError.from_scaling(exc, key, now))
                 outcome = "failed"
         record = DecisionRecord(now, key, current, r.ready, decision.desired_replicas, outcome,
-                                decision.cause, decision.reasons, decision.detail)
-        policy = self.policy
-        cold = forecast = None
-        if isinstance(policy, PdscalePolicy) and key in policy.state:
-            cold = policy.state[key].cold_start.p90_s
-            forecast = policy.last_forecast.get(key)
+                                Cause(decision.cause), decision.reasons, decision.detail,
+                                decision.forecast)
         self.telemetry.record_decision(
-            key, desired=decision.desired_replicas, cause=decision.cause,
+            key, desired=decision.desired_replicas, cause=record.cause.value,
             detail=decision.detail, current=r.active, ready=r.ready,
-            gpus_per_replica=r.gpus_per_replica, cold_start_p90_s=cold, forecast=forecast,
+            gpus_per_replica=r.gpus_per_replica, cold_start_p90_s=decision.cold_start_p90_s,
+            forecast=decision.forecast.as_dict() if decision.forecast is not None else None,
             now_s=now)
         with self._lock:
             self.decisions.append(record)
@@ -402,7 +440,7 @@ class Reconciler:
             step = self.drainer.reach(key, target, current=current,
                                       reasons=decision.reasons, now_s=now)
             return step.outcome, step.notes, dict(step.detail)
-        except KubeRejected as exc:
+        except GiveUp as exc:  # KubeRejected: e.g. no rights on pods
             if not self.drainer.enabled:  # only looking for drains left behind: no rights
                 self.drainer.stop_cleanup()
                 log.info("not checking pods for drains left by an earlier configuration: %s",

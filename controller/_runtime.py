@@ -30,7 +30,7 @@ from controller._kube import (
     ScaleStatus,
 )
 from controller._leader import LeaseElector
-from controller._policy import PdscalePolicy, build_policy
+from controller._policy import build_forecasts, build_policy
 from controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
 from controller._simbackend import SimBackend
 from controller._webhook import AlertReceiver, WebhookAuthenticator
@@ -173,8 +173,9 @@ class Controller:
         else:
             assert self.api is not None, "a Kubernetes API client, sim_url or backend"
             self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
-        policy = self.policy if self.policy is not None else build_policy(spec)
-        self.policy = policy
+        self.forecasts = build_forecasts(spec)
+        if self.policy is None:
+            self.policy = build_policy(spec, forecasts=self.forecasts)
         elect = c.leader_election.enabled if self.leader_election is None \
             else self.leader_election
         self.elector: LeaseElector | None = None
@@ -185,12 +186,13 @@ class Controller:
                                         self.identity, float(c.leader_election.lease_duration),
                                         self.clock.now)
         self.reconciler = Reconciler(
-            policy, ClusterSource(spec, self.reader, self.kube, extra_signals=self.extra_signals),
+            self.policy, ClusterSource(spec, self.reader, self.kube,
+                                       extra_signals=self.extra_signals),
             self.kube, self.clock,
             constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
             tick_s=float(c.tick), mode=c.mode, dry_run=dry,
             is_leader=self.elector.is_leader if self.elector else (lambda: True),
-            drainer=self._drainer())
+            forecasts=self.forecasts, drainer=self._drainer())
         self.authenticator = WebhookAuthenticator(spec.reactions.auth)
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
@@ -272,19 +274,15 @@ class Controller:
         # pay that here, before ready, not in the first tick or the first alert reaction.
         self.kube.prime()
         now = self.clock.now()
-        policy = self.policy
-        if not isinstance(policy, PdscalePolicy):
-            self.warm_result = {"ok": True, "points": {}, "note": "no forecaster to warm"}
-            return self.warm_result
         try:
-            taken = warm_from_history(self.spec, self.reader, policy, now_s=now,
+            taken = warm_from_history(self.spec, self.reader, self.forecasts, now_s=now,
                                       history_s=float(self.spec.controller.prometheus.history))
             self.warm_result = {"ok": True, "points": {f"{k[0]}/{k[1].value}": n
                                                        for k, n in taken.items()}}
-            for key in policy.pending_refits(now):
-                policy.refit(key, now)
-            for key in policy.stale_forecasts(now, within_s=0.0):
-                policy.refresh_forecast(key, now)
+            for key in self.forecasts.pending_refits(now):
+                self.forecasts.refit(key, now)
+            for key in self.forecasts.stale_forecasts(now, within_s=0.0):
+                self.forecasts.refresh_forecast(key, now)
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             self.reconciler.errors.append(AdapterError("prometheus", "unavailable",
                                                        f"history warm-up: {exc}", None, now))
@@ -297,9 +295,10 @@ class Controller:
         if self.elector is None:
             return True
         leader = self.elector.step()
-        if self.elector.last_error:
-            self.telemetry.record_error("lease", "error")
-            log.warning("%s", self.elector.last_error)
+        failure = self.elector.failure
+        if failure is not None:
+            self.telemetry.record_error(failure.adapter, getattr(failure, "kind", "error"))
+            log.warning("%s", failure)
         self.telemetry.leader.set(1 if leader else 0, {})
         return leader
 

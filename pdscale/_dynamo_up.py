@@ -58,8 +58,8 @@ def _dynamo_service(spec: Spec) -> ServiceSpec:
 def process_backend(spec: Spec, folder: Path) -> Any:
     """The process actuator of the stack in ``folder`` (``<up dir>/dynamo``), with the workers
     it runs adopted: ``pdscale run --dynamo-stack`` scales them."""
-    from controller._process import ProcessActuator
-    from simulator._stack import DynamoStack, StackError, dynamo_python
+    from controller import ProcessActuator
+    from simulator import DynamoStack, StackError, dynamo_python
 
     service = _dynamo_service(spec)
     if not (folder / "workers.json").is_file():
@@ -104,27 +104,35 @@ def _start(name: str, argv: list[str], ready_url: str, folder: Path,
         raise StackUpError(f"{name} did not come up (log {folder / (name + '.log')}):\n{tail}")
 
 
+def _prerequisites(spec: Spec) -> tuple[ServiceSpec, dict[str, str], Path]:
+    """The dynamo service, the Prometheus and Alertmanager binaries and Dynamo's Python, or
+    StackUpError saying what is missing."""
+    from simulator import StackError, dynamo_python
+
+    service = _dynamo_service(spec)
+    binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
+    missing = [name for name, path in binaries.items() if path is None]
+    if missing:
+        raise StackUpError(
+            f"{' and '.join(missing)} not found: install the distribution's packages "
+            "(apt-get install prometheus prometheus-alertmanager, or scripts/system-deps.sh)")
+    try:
+        python = dynamo_python()
+    except StackError as exc:
+        raise StackUpError(str(exc)) from exc
+    return service, {k: str(v) for k, v in binaries.items()}, python
+
+
 def up_dynamo(spec: Spec, folder: Path) -> int:
     """Start the stack, Prometheus, Alertmanager and the controller; print the URLs; 0, 1 (a
     process failed: everything started is stopped) or 2 (bad input: no dynamo service,
     Dynamo, Prometheus or Alertmanager not installed)."""
     from alerts import alert_files, alertmanager_config
-    from simulator._stack import DynamoStack, StackError, dynamo_python
+    from simulator import DynamoStack, StackError
 
     try:
-        service = _dynamo_service(spec)
+        service, binaries, python = _prerequisites(spec)
     except StackUpError as exc:
-        _err(str(exc))
-        return 2
-    binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
-    missing = [name for name, path in binaries.items() if path is None]
-    if missing:
-        _err(f"{' and '.join(missing)} not found: install the distribution's packages "
-             "(apt-get install prometheus prometheus-alertmanager, or scripts/system-deps.sh)")
-        return 2
-    try:
-        python = dynamo_python()
-    except StackError as exc:
         _err(str(exc))
         return 2
     folder.mkdir(parents=True, exist_ok=True)
@@ -155,10 +163,10 @@ def up_dynamo(spec: Spec, folder: Path) -> int:
                                                        sort_keys=False))
     started: list[dict[str, Any]] = []
     commands = [
-        ("prometheus", prometheus_argv(str(binaries["prometheus"]), f / "prometheus.yml",
+        ("prometheus", prometheus_argv(binaries["prometheus"], f / "prometheus.yml",
                                        f / "prometheus-data", ports["prometheus"]),
          f"{urls['prometheus']}/-/ready"),
-        ("alertmanager", alertmanager_argv(str(binaries["alertmanager"]),
+        ("alertmanager", alertmanager_argv(binaries["alertmanager"],
                                            f / "alertmanager.yml", f / "alertmanager-data",
                                            ports["alertmanager"]),
          f"{urls['alertmanager']}/-/ready"),

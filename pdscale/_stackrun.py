@@ -85,7 +85,7 @@ class StackRun:
         self.stop()
 
     def start(self) -> StackRun:
-        from simulator._stack import DynamoStack
+        from simulator import DynamoStack
 
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -189,9 +189,7 @@ class StackRun:
     def _start_controller(self) -> None:
         import uvicorn
 
-        from controller._api import create_app
-        from controller._reconciler import SystemClock
-        from controller._runtime import Controller, reader_from_spec
+        from controller import Controller, SystemClock, create_app, reader_from_spec
 
         assert self.prometheus_url is not None
         self.pdscale = Controller(self.spec, None, reader_from_spec(self.spec,

@@ -48,6 +48,7 @@ __all__ = [
     "DynamoSettings",
     "Engine",
     "LeaderElectionSettings",
+    "PoolKey",
     "PoolSelector",
     "PoolSpec",
     "PrometheusSettings",
@@ -85,6 +86,11 @@ class Engine(StrEnum):
 class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+PoolKey = tuple[str, Role]
+"""A pool: (service name, role). One name for it in the controller, telemetry and the
+simulator."""
 
 
 # Default latency histogram buckets (seconds) as the engines' released versions export them;
@@ -292,11 +298,16 @@ class ServiceSpec(_Model):
         if kind in self.histogram_buckets:
             return self.histogram_buckets[kind]
         if self.engine is Engine.DYNAMO:
-            setting = self.dynamo.histograms.get(kind) if self.dynamo is not None else None
-            lo, hi, count = (setting.min, setting.max, setting.count) if setting is not None \
-                else _engines.DYNAMO_BUCKET_DEFAULTS[kind]
-            return _engines.dynamo_buckets(lo, hi, count)
+            return self.frontend_buckets(kind)
         return ENGINE_HISTOGRAM_BUCKETS[self.engine].get(kind)
+
+    def frontend_buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...]:
+        """The buckets Dynamo's frontend exports: from its DYN_METRICS_* settings (declared in
+        ``dynamo.histograms``), else Dynamo's defaults."""
+        setting = self.dynamo.histograms.get(kind) if self.dynamo is not None else None
+        lo, hi, count = (setting.min, setting.max, setting.count) if setting is not None \
+            else _engines.DYNAMO_BUCKET_DEFAULTS[kind]
+        return _engines.dynamo_buckets(lo, hi, count)
 
     @property
     def prefill(self) -> PoolSpec:

@@ -1,9 +1,20 @@
-"""The P/D cluster simulator: trace loaders, instance profiles, event and fluid modes,
-baseline policies, and results (summary, time series, plots)."""
+"""The P/D cluster simulator: trace loaders, instance profiles, event and fluid modes as
+worlds the production controller runs in (:func:`run_world`), baseline policies, and results
+(summary, time series, plots)."""
 
-from controller._profiles import InstanceProfile, ProfileError, builtin_profiles, load_profile
+from typing import TYPE_CHECKING, Any
+
+from controller import InstanceProfile, ProfileError, builtin_profiles, load_profile
+from simulator._compare import compare_policies, comparison_files, comparison_table
 from simulator._event import EventSimulator, PoolSetup, SimSetup
-from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
+from simulator._fluid import (
+    FluidLoad,
+    FluidWorld,
+    fluid_load_from_servegen,
+    fluid_load_from_trace,
+    run_fluid,
+)
+from simulator._live import LiveCluster, serve_live
 from simulator._policies import (
     DynamoPolicy,
     OraclePolicy,
@@ -12,8 +23,16 @@ from simulator._policies import (
     demand_plan,
     size_for_peak,
 )
-from simulator._runner import SimResult, run_event
-from simulator._simulate import POLICIES, SimOptions, result_files, simulate
+from simulator._runner import EventWorld, attach_reconciler, run_event
+from simulator._simulate import (
+    POLICIES,
+    Prepared,
+    SimOptions,
+    prepare,
+    result_files,
+    simulate,
+    world_for,
+)
 from simulator._trace import (
     FORMATS,
     Trace,
@@ -23,36 +42,100 @@ from simulator._trace import (
     synthetic_trace,
     trace_stats,
 )
+from simulator._world import SimClock, SimResult, World, run_world
+
+if TYPE_CHECKING:
+    from simulator._stack import (
+        DYNAMO_VERSION as DYNAMO_VERSION,
+    )
+    from simulator._stack import (
+        DynamoNotInstalled as DynamoNotInstalled,
+    )
+    from simulator._stack import (
+        DynamoStack as DynamoStack,
+    )
+    from simulator._stack import (
+        StackError as StackError,
+    )
+    from simulator._stack import (
+        dynamo_python as dynamo_python,
+    )
+    from simulator._stack import (
+        stop_stack as stop_stack,
+    )
+
+_LAZY = {
+    "DYNAMO_VERSION": "simulator._stack",
+    "DynamoNotInstalled": "simulator._stack",
+    "DynamoStack": "simulator._stack",
+    "StackError": "simulator._stack",
+    "dynamo_python": "simulator._stack",
+    "stop_stack": "simulator._stack",
+}
+"""The loopback Dynamo stack (it starts local processes through the controller's process
+actuator): loaded on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
+    "DYNAMO_VERSION",
     "FORMATS",
     "POLICIES",
+    "DynamoNotInstalled",
     "DynamoPolicy",
+    "DynamoStack",
     "EventSimulator",
+    "EventWorld",
     "FluidLoad",
+    "FluidWorld",
     "InstanceProfile",
+    "LiveCluster",
     "OraclePolicy",
     "PoolSetup",
+    "Prepared",
     "ProfileError",
     "ReactivePolicy",
+    "SimClock",
     "SimOptions",
     "SimResult",
     "SimSetup",
+    "StackError",
     "StaticPolicy",
     "Trace",
     "TraceError",
     "TraceStats",
+    "World",
+    "attach_reconciler",
     "builtin_profiles",
+    "compare_policies",
+    "comparison_files",
+    "comparison_table",
     "demand_plan",
+    "dynamo_python",
     "fluid_load_from_servegen",
     "fluid_load_from_trace",
     "load_profile",
     "load_trace",
+    "prepare",
     "result_files",
     "run_event",
     "run_fluid",
+    "run_world",
+    "serve_live",
     "simulate",
     "size_for_peak",
+    "stop_stack",
     "synthetic_trace",
     "trace_stats",
+    "world_for",
 ]

@@ -30,103 +30,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from controller._profiles import InstanceProfile
 from pdscale.spec import Role
+from simulator._setup import PoolSetup, SimSetup, _Ev, hist_quantile
+from simulator._setup import _DecodeReplica as _DecodeReplica
+from simulator._setup import _PrefillReplica as _PrefillReplica
+from simulator._setup import _Replica as _Replica
+from simulator._setup import _State as _State
 from simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 
 __all__ = ["EventSimulator", "PoolSetup", "SimSetup", "hist_quantile"]
-
-Router = Literal["least_loaded", "prefix"]
-
-
-@dataclass(frozen=True)
-class PoolSetup:
-    role: Role
-    profile: InstanceProfile
-    initial_replicas: int
-    min_replicas: int
-    max_replicas: int
-    gpus_per_replica: int = 1
-    cold_start_s: float = 60.0
-
-
-@dataclass(frozen=True)
-class SimSetup:
-    service: str
-    prefill: PoolSetup
-    decode: PoolSetup
-    slo_ttft_s: float
-    slo_itl_s: float
-    router: Router = "least_loaded"
-    tick_s: float = 15.0
-    failures: tuple[tuple[float, Role], ...] = ()
-    """(time in seconds, role): a replica of that pool is lost at that time."""
-
-
-class _State(IntEnum):
-    STARTING = 0
-    READY = 1
-    DRAINING = 2
-    GONE = 3
-
-
-@dataclass(eq=False)
-class _Replica:
-    id: int
-    state: _State
-    requested_s: float
-    ready_s: float
-    gone_s: float | None = None
-    busy_s: float = 0.0  # GPU-busy seconds (prefill iterations, decode steps)
-
-
-@dataclass(eq=False)
-class _PrefillReplica(_Replica):
-    queue: deque[int] = field(default_factory=deque)  # own queue (prefix-aware router)
-    active: list[int] = field(default_factory=list)  # prompts started here, not finished
-    busy: bool = False
-    cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
-    queued_tokens: int = 0
-
-
-@dataclass(eq=False)
-class _DecodeReplica(_Replica):
-    members: dict[int, int] = field(default_factory=dict)  # request -> join step
-    finish_heap: list[tuple[int, int, int]] = field(default_factory=list)
-    """(finish step, request, join step); entries of preempted joins are skipped."""
-    waiting: deque[int] = field(default_factory=deque)
-    steps: int = 0
-    t_last: float = 0.0
-    ctx_offset: int = 0  # sum over members of (context at join - join step)
-    first_pending: list[int] = field(default_factory=list)
-    version: int = 0
-    stall_s: float = 0.0  # recompute cost to add before the next step
-    tokens: int = 0  # generated tokens (live metrics)
-    preempted: int = 0
-    itl_hist: np.ndarray[Any, np.dtype[np.float64]] | None = None  # token-weighted step times
-
-    def kv(self) -> int:
-        return self.ctx_offset + len(self.members) * self.steps
-
-
-class _Ev(IntEnum):
-    ARRIVAL = 0
-    PREFILL_DONE = 1
-    KV_ARRIVE = 2
-    DECODE = 3
-    READY = 4
-    TICK = 5
-    FAIL = 6
-
 
 _MAX_DRAIN_S = 6 * 3600.0
 IntArray = npt.NDArray[np.int64]
@@ -282,9 +200,10 @@ class EventSimulator:
     def done_running(self) -> bool:
         return not self._events or self.now > self._end_of_arrivals + _MAX_DRAIN_S
 
-    def advance(self, until: float, *,
-                progress: Callable[[float], None] | None = None) -> None:
-        """Process every event up to simulated time ``until`` (live mode steps with this)."""
+    def advance(self, until: float, *, progress: Callable[[float], None] | None = None,
+                settle: bool = True) -> None:
+        """Process every event up to simulated time ``until`` (live mode steps with this);
+        with ``settle`` the clock then reads ``until`` even if no event was due."""
         n = len(self.arrival)
         end_of_arrivals = self._end_of_arrivals
         while self._events and self._events[0][0] <= until:
@@ -318,7 +237,7 @@ class EventSimulator:
                     progress(min(1.0, t / max(end_of_arrivals, 1e-9)))
             if self.now > end_of_arrivals + _MAX_DRAIN_S:
                 break  # a pool that can never finish its work: stop, results show it
-        if until != math.inf and until > self.now:
+        if settle and until != math.inf and until > self.now:
             self.now = until
 
     def close(self) -> None:
@@ -674,14 +593,3 @@ class EventSimulator:
 
     def itl_quantile(self, q: float) -> float | None:
         return hist_quantile(self.itl_hist, self.itl_edges, q)
-
-
-def hist_quantile(hist: FloatArray, edges: FloatArray, q: float) -> float | None:
-    """Quantile of a histogram over log-spaced ``edges`` (a bucket's geometric centre)."""
-    total = hist.sum()
-    if total <= 0:
-        return None
-    cum = np.cumsum(hist)
-    i = int(np.searchsorted(cum, q * total))
-    i = min(max(i, 1), len(edges) - 1)
-    return float(math.sqrt(edges[i - 1] * edges[i]))

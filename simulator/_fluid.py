@@ -14,6 +14,9 @@ Each step (``dt_s``, 5 s by default) moves aggregates instead of requests:
   Every token of the step has that step time; a request meets the ITL SLO when it is within.
 * Latency distributions are kept as weighted histograms, so memory does not grow with the
   trace. Replicas start, become ready after the cold start, and drain as in event mode.
+* :class:`FluidWorld` is the mode's world for the production controller
+  (:mod:`simulator._world`): rates and latency percentiles over the recording rules' window
+  (sums over the window's steps, updated in O(1) a step), gauges at the tick.
 
 ``tests/simulator/test_validation.py`` compares it with the event mode on the same inputs.
 """
@@ -21,7 +24,6 @@ Each step (``dt_s``, 5 s by default) moves aggregates instead of requests:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +32,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controller import Observation, Policy, PoolDecision, PoolKey, PoolObservation, PoolReplicas
-from pdscale.spec import Role
+from controller import (
+    Policy,
+    PoolReplicas,
+    Refits,
+    decode_batch_limit,
+    uncached_prefill_demand,
+)
+from pdscale.spec import Role, Spec
 from simulator._event import PoolSetup, SimSetup, hist_quantile
-from simulator._runner import SimResult
 from simulator._trace import Trace
+from simulator._world import PoolSignals, SimResult, World, run_world
+from telemetry import RATE_WINDOW_S, Signal
 
-__all__ = ["FluidLoad", "fluid_load_from_servegen", "fluid_load_from_trace", "run_fluid"]
+__all__ = ["FluidLoad", "FluidWorld", "fluid_load_from_servegen", "fluid_load_from_trace",
+           "run_fluid"]
 
 FloatArray = npt.NDArray[np.float64]
 _EDGES = np.geomspace(1e-4, 1e4, 1601)
@@ -114,7 +124,7 @@ def fluid_load_from_servegen(path: Path, *, dt_s: float = 5.0, seed: int = 0,
 
 @dataclass(frozen=True)
 class _Mix:
-    """Statistics of one length sample (prompts sorted ascending)."""
+    """Statistics of one length sample (prompts sorted ascending) and the pools' constants."""
 
     mean_l: float
     mean_sq: float
@@ -125,6 +135,113 @@ class _Mix:
     ctx: float
     scv: float
     mu: float
+    b_max: float
+    """Largest decode batch: the engine's cap, or what 95 % of the KV cache holds."""
+    decode_ms: tuple[float, float, float]
+    """The decode step's d0, d1, d2 in seconds."""
+    overhead_s: float
+    kv_capacity: float
+
+
+def _mixes(setup: SimSetup, load: FluidLoad) -> list[_Mix]:
+    """Length-mix statistics per sample, computed once. Samples are sorted by prompt length:
+    prefill time and KV transfer both grow with it, so TTFT is monotone in the sample index
+    and quantiles and SLO counts are lookups, not sorts."""
+    pp, dp = setup.prefill.profile, setup.decode.profile
+    out = []
+    for p, o in zip(load.prompt_samples, load.output_samples, strict=True):
+        p_sorted = p[np.argsort(p, kind="stable")]
+        s_vec = np.array([pp.prefill_ms(x) / 1000 for x in p_sorted])
+        ctx = float(p.mean() + o.mean() / 2)
+        out.append(_Mix(
+            mean_l=float(p.mean()), mean_sq=float((p ** 2).mean()),
+            mean_unc=uncached_prefill_demand(float(p.mean()), load.prefix_hit),
+            mean_o=float(o.mean()),
+            s=s_vec, kv=np.array([dp.kv_transfer_ms(x) / 1000 for x in p_sorted]), ctx=ctx,
+            scv=float(s_vec.var() / max(s_vec.mean() ** 2, 1e-12)),
+            mu=pp.prefill_tokens_per_s(float(p.mean()), float((p ** 2).mean())),
+            b_max=float(decode_batch_limit(dp, ctx)),
+            decode_ms=(dp.decode_d0_ms / 1000, dp.decode_d1_ms / 1000, dp.decode_d2_ms / 1000),
+            overhead_s=pp.ttft_overhead_ms / 1000, kv_capacity=float(dp.kv_capacity_tokens)))
+    return out
+
+
+@dataclass(frozen=True)
+class _PrefillStep:
+    capacity: float
+    """Uncached prompt tokens/s the ready replicas prefill."""
+    rho: float
+    wait_s: float
+
+
+@dataclass(frozen=True)
+class _DecodeStep:
+    batch: float
+    step_s: float
+    wait_s: float
+    demand: float
+    """Generated tokens/s."""
+    ready: int
+
+
+@dataclass(frozen=True)
+class _Tally:
+    total: float
+    ok_ttft: float
+    ok_itl: float
+    ok_both: float
+
+
+class _Window:
+    """Sums over the last ``size`` steps (the rate window): requests, prompt and generated
+    tokens, and the TTFT and ITL histograms, updated in O(1) a step."""
+
+    def __init__(self, size: int, bins: int) -> None:
+        self.size = size
+        self.steps = 0
+        self._scalars = np.zeros((size, 3))
+        self._ttft_ring = np.zeros((size, bins))
+        self._itl_bin = np.full(size, -1, dtype=np.int64)
+        self._itl_weight = np.zeros(size)
+        self.ttft = np.zeros(bins)
+        self._bins = bins
+        self._slot = 0
+
+    def push(self, requests: float, prompt_tokens: float, generated: float,
+             ttft_hist: FloatArray | None, itl_bin: int) -> None:
+        i = self._slot
+        self.ttft -= self._ttft_ring[i]
+        if ttft_hist is None:
+            self._ttft_ring[i] = 0.0
+        else:
+            self._ttft_ring[i] = ttft_hist
+            self.ttft += ttft_hist
+        self._scalars[i] = (requests, prompt_tokens, generated)
+        self._itl_bin[i], self._itl_weight[i] = itl_bin, generated
+        self._slot = (i + 1) % self.size
+        self.steps = min(self.steps + 1, self.size)
+
+    @property
+    def requests(self) -> float:
+        return float(self._scalars[:, 0].sum())
+
+    @property
+    def prompt_tokens(self) -> float:
+        return float(self._scalars[:, 1].sum())
+
+    @property
+    def generated(self) -> float:
+        return float(self._scalars[:, 2].sum())
+
+    def itl_hist(self) -> FloatArray:
+        used = self._itl_bin >= 0
+        return np.bincount(self._itl_bin[used], weights=self._itl_weight[used],
+                           minlength=self._bins).astype(np.float64)
+
+
+_COLUMNS = ("arrivals", "prompt", "prefill_ready", "prefill_starting", "prefill_desired",
+            "decode_ready", "decode_starting", "decode_desired", "queue_prefill",
+            "queue_decode", "kv_usage", "ttft_p95_s", "itl_p95_s")
 
 
 @dataclass
@@ -150,187 +267,210 @@ def _mgc_wait(rho: float, c: int, mean_s: float, scv: float) -> float:
     return wait
 
 
-def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,
-              observation_delay_s: float = 30.0,
-              progress: Callable[[float], None] | None = None) -> SimResult:
-    started = time.perf_counter()
-    pp, dp = setup.prefill.profile, setup.decode.profile
-    pools = {Role.PREFILL: _Pool(setup.prefill, setup.prefill.initial_replicas, [], [],
-                                 setup.prefill.initial_replicas),
-             Role.DECODE: _Pool(setup.decode, setup.decode.initial_replicas, [], [],
-                                setup.decode.initial_replicas)}
-    dt = load.dt_s
-    tick_every = max(1, round(setup.tick_s / dt))
-    delay_steps = max(0, round(observation_delay_s / dt))
-    ttft_hist = np.zeros(len(_EDGES) + 1)
-    itl_hist = np.zeros(len(_EDGES) + 1)
-    total = ok_ttft = ok_itl = ok_both = 0.0
-    qp = qd = 0.0  # prefill backlog (tokens), decode admission backlog (requests)
-    history: list[dict[Role, dict[str, float | None]]] = []  # one entry a tick
-    delay_ticks = max(0, round(delay_steps / tick_every))
-    decisions: list[dict[str, Any]] = []
-    scale_actions = 0
-    failures = sorted(setup.failures)
-    # Length-mix statistics per sample, computed once. Samples are sorted by prompt length:
-    # prefill time and KV transfer both grow with it, so TTFT is monotone in the sample index
-    # and quantiles and SLO counts are lookups, not sorts.
-    stats = []
-    for p, o in zip(load.prompt_samples, load.output_samples, strict=True):
-        order = np.argsort(p, kind="stable")
-        p_sorted = p[order]
-        s_vec = np.array([pp.prefill_ms(x) / 1000 for x in p_sorted])
-        stats.append(_Mix(
-            mean_l=float(p.mean()), mean_sq=float((p ** 2).mean()),
-            mean_unc=float(p.mean() * (1 - load.prefix_hit)), mean_o=float(o.mean()),
-            s=s_vec, kv=np.array([dp.kv_transfer_ms(x) / 1000 for x in p_sorted]),
-            ctx=float(p.mean() + o.mean() / 2),
-            scv=float(s_vec.var() / max(s_vec.mean() ** 2, 1e-12)),
-            mu=pp.prefill_tokens_per_s(float(p.mean()), float((p ** 2).mean()))))
-    n_steps = load.steps
-    cols = ("arrivals", "prompt", "prefill_ready", "prefill_starting", "prefill_desired",
-            "decode_ready", "decode_starting", "decode_desired", "queue_prefill",
-            "queue_decode", "kv_usage", "ttft_p95_s", "itl_p95_s")
-    rec = {c: np.zeros(n_steps) for c in cols}
-    d0, d1, d2 = dp.decode_d0_ms / 1000, dp.decode_d1_ms / 1000, dp.decode_d2_ms / 1000
-    overhead = pp.ttft_overhead_ms / 1000
-    p_pool, d_pool = pools[Role.PREFILL], pools[Role.DECODE]
-    for k in range(n_steps):
-        t = k * dt
-        # Lifecycle: replicas become ready, drained ones go, failures.
-        for pool in (p_pool, d_pool):
+class FluidWorld(World):
+    """A fluid load through the aggregate model, observed and scaled by the controller."""
+
+    def __init__(self, setup: SimSetup, load: FluidLoad, *,
+                 observation_delay_s: float = 30.0) -> None:
+        super().__init__(setup, observation_delay_s=observation_delay_s)
+        self.load = load
+        self.dt = load.dt_s
+        self.tick_every = max(1, round(setup.tick_s / self.dt))
+        self.pools = {role: _Pool(ps, ps.initial_replicas, [], [], ps.initial_replicas)
+                      for role, ps in ((Role.PREFILL, setup.prefill), (Role.DECODE, setup.decode))}
+        self.mixes = _mixes(setup, load)
+        self.k = 0
+        self.qp = self.qd = 0.0  # prefill backlog (tokens), decode admission backlog (requests)
+        self.failures = sorted(setup.failures)
+        self.ttft_hist = np.zeros(len(_EDGES) + 1)
+        self.itl_hist = np.zeros(len(_EDGES) + 1)
+        self.total = self.ok_ttft = self.ok_itl = self.ok_both = 0.0
+        self.rec = {c: np.zeros(load.steps) for c in _COLUMNS}
+        self.window = _Window(max(1, round(RATE_WINDOW_S / self.dt)), len(_EDGES) + 1)
+        self._drain_s = {Role.PREFILL: 0.0, Role.DECODE: 0.0}
+
+    # -- World ----------------------------------------------------------------------------
+
+    def advance(self, until_s: float) -> bool:
+        sampled = False
+        while self.k < self.load.steps and self.k * self.dt <= until_s + 1e-9:
+            sampled = self._step(self.k)
+            self.k += 1
+        return sampled and abs((self.k - 1) * self.dt - until_s) < 1e-6
+
+    def replicas(self, role: Role) -> PoolReplicas:
+        pool = self.pools[role]
+        return PoolReplicas(ready=pool.ready, starting=len(pool.starting),
+                            draining=len(pool.draining), desired=pool.desired,
+                            min_replicas=pool.setup.min_replicas,
+                            max_replicas=pool.setup.max_replicas,
+                            gpus_per_replica=pool.setup.gpus_per_replica)
+
+    def scale(self, role: Role, replicas: int) -> None:
+        _scale(self.pools[role], replicas, (self.k - 1) * self.dt, self._drain_s[role])
+
+    def desired(self, role: Role) -> int:
+        return self.pools[role].desired
+
+    @property
+    def span_s(self) -> float:
+        return self.load.steps * self.dt
+
+    def result(self, wall_s: float) -> SimResult:
+        end = self.load.steps * self.dt
+        summary = _fluid_summary(self.pools, self.ttft_hist, self.itl_hist,
+                                 _Tally(self.total, self.ok_ttft, self.ok_itl, self.ok_both),
+                                 self.scale_actions, end, wall_s)
+        return SimResult(summary, _minute_rows(self.rec, self.dt), self.decisions)
+
+    # -- one step -------------------------------------------------------------------------
+
+    def _lifecycle(self, t: float) -> None:
+        """Replicas become ready, drained ones go, failures take a ready one (replaced)."""
+        for pool in self.pools.values():
             if pool.starting and min(pool.starting) <= t:
                 pool.ready += sum(1 for x in pool.starting if x <= t)
                 pool.starting = [x for x in pool.starting if x > t]
             if pool.draining and min(pool.draining) <= t:
                 pool.draining = [x for x in pool.draining if x > t]
-        while failures and failures[0][0] <= t:
-            _, role = failures.pop(0)
-            pool = pools[role]
+        while self.failures and self.failures[0][0] <= t:
+            _, role = self.failures.pop(0)
+            pool = self.pools[role]
             if pool.ready > 0:
                 pool.ready -= 1
                 pool.starting.append(t + pool.setup.cold_start_s)
-        st = stats[int(load.sample_index[k])]
-        n = float(load.requests[k])
-        lam = n / dt
-        # Prefill.
-        n_p = p_pool.ready
-        mu = st.mu
-        cap_p = n_p * mu
+
+    def _step(self, k: int) -> bool:
+        """Advance one step; at a tick, sample the signals. Returns whether it sampled."""
+        dt = self.dt
+        t = k * dt
+        self._lifecycle(t)
+        st = self.mixes[int(self.load.sample_index[k])]
+        n = float(self.load.requests[k])
+        pre = self._prefill(st, n)
+        dec = self._decode(st, n / dt, pre.capacity)
+        # TTFT over the step's length sample (sorted, so monotone in the index).
+        ttft = (pre.wait_s + st.overhead_s + dec.wait_s + dec.step_s) + \
+            st.s * (1 + min(max(pre.rho, 0.0), 1.0)) + st.kv
+        self._account(st, n, ttft, dec)
+        self._record(k, st, n, ttft, dec)
+        self._drain_s = {Role.DECODE: st.mean_o * dec.step_s,
+                         Role.PREFILL: min(60.0, self.qp / max(pre.capacity, 1e-9))}
+        if k % self.tick_every:
+            return False
+        self.sample(t, self._signals(st, pre, dec))
+        return True
+
+    def _prefill(self, st: _Mix, n: float) -> _PrefillStep:
+        n_p = self.pools[Role.PREFILL].ready
+        cap_p = n_p * st.mu
         work = n * st.mean_unc
-        rho = (work / dt) / cap_p if cap_p > 0 else math.inf
-        qp_new = max(0.0, qp + work - cap_p * dt)
-        backlog_wait = ((qp + qp_new) / 2) / cap_p if cap_p > 0 else math.inf
-        wq = _mgc_wait(rho, n_p, st.mean_unc / mu, st.scv) if rho < 1 else 0.0
-        prefill_wait = backlog_wait + (wq if math.isfinite(wq) else 0.0)
-        qp = qp_new
-        # Decode.
-        n_d = d_pool.ready
-        ctx = st.ctx
-        b_max = float(max(1, min(dp.max_batch, int(dp.kv_capacity_tokens * 0.95 / ctx))))
+        rho = (work / self.dt) / cap_p if cap_p > 0 else math.inf
+        qp_new = max(0.0, self.qp + work - cap_p * self.dt)
+        backlog_wait = ((self.qp + qp_new) / 2) / cap_p if cap_p > 0 else math.inf
+        wq = _mgc_wait(rho, n_p, st.mean_unc / st.mu, st.scv) if rho < 1 else 0.0
+        self.qp = qp_new
+        return _PrefillStep(cap_p, rho, backlog_wait + (wq if math.isfinite(wq) else 0.0))
+
+    def _decode(self, st: _Mix, lam: float, cap_p: float) -> _DecodeStep:
+        """The decode batch as the fixed point of Little's law, or the largest batch (KV or
+        engine cap) with an admission queue when the pool cannot keep up."""
+        n_d = self.pools[Role.DECODE].ready
+        d0, d1, d2 = st.decode_ms
+        b_max = st.b_max
         into_decode = min(lam, cap_p / max(st.mean_unc, 1.0)) if cap_p > 0 else 0.0
-        thr_max = n_d * b_max / (st.mean_o * (d0 + d1 * b_max + d2 * b_max * ctx / 1000)) \
+        thr_max = n_d * b_max / (st.mean_o * (d0 + d1 * b_max + d2 * b_max * st.ctx / 1000)) \
             if n_d > 0 else 0.0
         demand = into_decode * st.mean_o
-        denominator = n_d - demand * (d1 + d2 * ctx / 1000) if n_d > 0 else -1.0
+        denominator = n_d - demand * (d1 + d2 * st.ctx / 1000) if n_d > 0 else -1.0
         batch = demand * d0 / denominator if denominator > 0 else math.inf
-        if qd > 0 or not batch <= b_max:
+        if self.qd > 0 or not batch <= b_max:
             batch = b_max
-            qd = max(0.0, qd + (into_decode - thr_max) * dt)
-        step_s = d0 + d1 * batch + d2 * batch * ctx / 1000
-        decode_wait = qd / thr_max if thr_max > 0 else math.inf
-        # TTFT over the step's length sample (sorted, so monotone in the index).
-        ttft = (prefill_wait + overhead + decode_wait + step_s) + \
-            st.s * (1 + min(max(rho, 0.0), 1.0)) + st.kv
+            self.qd = max(0.0, self.qd + (into_decode - thr_max) * self.dt)
+        step_s = d0 + d1 * batch + d2 * batch * st.ctx / 1000
+        wait = self.qd / thr_max if thr_max > 0 else math.inf
+        return _DecodeStep(batch, step_s, wait, demand, n_d)
+
+    def _account(self, st: _Mix, n: float, ttft: FloatArray, dec: _DecodeStep) -> None:
+        """Latency histograms (run and rate window) and SLO counts."""
         m = len(ttft)
-        ttft_p95 = float(ttft[min(m - 1, int(0.95 * m))])
+        step_hist: FloatArray | None = None
         if n > 0:
             per = n / m
-            ttft_hist += np.bincount(np.searchsorted(_EDGES, np.minimum(ttft, 1e4)),
-                                     minlength=len(_EDGES) + 1) * per
-            itl_hist[int(np.searchsorted(_EDGES, step_s))] += demand * dt
-            good_ttft = per * float(np.searchsorted(ttft, setup.slo_ttft_s, side="right"))
-            itl_good = step_s <= setup.slo_itl_s
-            total += n
-            ok_ttft += good_ttft
-            ok_itl += n if itl_good else 0.0
-            ok_both += good_ttft if itl_good else 0.0
-        # Billing and the time series.
-        for pool in (p_pool, d_pool):
+            step_hist = np.bincount(np.searchsorted(_EDGES, np.minimum(ttft, 1e4)),
+                                    minlength=len(_EDGES) + 1).astype(np.float64) * per
+            self.ttft_hist += step_hist
+            self.itl_hist[int(np.searchsorted(_EDGES, dec.step_s))] += dec.demand * self.dt
+            good_ttft = per * float(np.searchsorted(ttft, self.setup.slo_ttft_s, side="right"))
+            itl_good = dec.step_s <= self.setup.slo_itl_s
+            self.total += n
+            self.ok_ttft += good_ttft
+            self.ok_itl += n if itl_good else 0.0
+            self.ok_both += good_ttft if itl_good else 0.0
+        self.window.push(n, n * st.mean_l, dec.demand * self.dt, step_hist,
+                         int(np.searchsorted(_EDGES, dec.step_s)) if dec.demand > 0 else -1)
+
+    def _record(self, k: int, st: _Mix, n: float, ttft: FloatArray, dec: _DecodeStep) -> None:
+        """Billing and the per-step time series."""
+        rec = self.rec
+        for pool in self.pools.values():
             billed = pool.billed()
-            pool.replica_seconds += billed * dt
-            if billed > pool.peak:
-                pool.peak = billed
-        kv_usage = min(1.0, batch * ctx / dp.kv_capacity_tokens)
+            pool.replica_seconds += billed * self.dt
+            pool.peak = max(pool.peak, billed)
+        p_pool, d_pool = self.pools[Role.PREFILL], self.pools[Role.DECODE]
+        m = len(ttft)
         rec["arrivals"][k] = n
         rec["prompt"][k] = n * st.mean_l
-        rec["prefill_ready"][k] = n_p
+        rec["prefill_ready"][k] = p_pool.ready
         rec["prefill_starting"][k] = len(p_pool.starting)
         rec["prefill_desired"][k] = p_pool.desired
-        rec["decode_ready"][k] = n_d
+        rec["decode_ready"][k] = d_pool.ready
         rec["decode_starting"][k] = len(d_pool.starting)
         rec["decode_desired"][k] = d_pool.desired
-        rec["queue_prefill"][k] = qp / max(st.mean_unc, 1.0)
-        rec["queue_decode"][k] = qd
-        rec["kv_usage"][k] = kv_usage
-        rec["ttft_p95_s"][k] = ttft_p95 if n > 0 else math.nan
-        rec["itl_p95_s"][k] = step_s
-        if k % tick_every:
-            continue
-        history.append({
+        rec["queue_prefill"][k] = self.qp / max(st.mean_unc, 1.0)
+        rec["queue_decode"][k] = self.qd
+        rec["kv_usage"][k] = min(1.0, dec.batch * st.ctx / st.kv_capacity)
+        rec["ttft_p95_s"][k] = float(ttft[min(m - 1, int(0.95 * m))]) if n > 0 else math.nan
+        rec["itl_p95_s"][k] = dec.step_s
+
+    def _signals(self, st: _Mix, pre: _PrefillStep, dec: _DecodeStep) -> dict[Role, PoolSignals]:
+        """The signals at a tick: rates and percentiles over the rate window, gauges now."""
+        w = self.window
+        span = max(w.steps, 1) * self.dt
+        rates: PoolSignals = {Signal.REQUEST_RATE: w.requests / span,
+                              Signal.PROMPT_TOKENS_PER_S: w.prompt_tokens / span,
+                              Signal.GENERATION_TOKENS_PER_S: w.generated / span}
+        itl = w.itl_hist()
+        k = self.k
+        n_p = self.pools[Role.PREFILL].ready
+        return {
             Role.PREFILL: {
-                "request_rate": lam, "prompt_tokens_per_s": n * st.mean_l / dt,
-                "queue_depth": rec["queue_prefill"][k],
-                "gpu_utilization_ratio": min(1.0, rho) if math.isfinite(rho) else 1.0,
-                "ttft_p95_s": ttft_p95 if n > 0 else None,
-                "ttft_p50_s": float(ttft[m // 2]) if n > 0 else None,
-                "prefix_cache_hit_ratio": load.prefix_hit,
-                "targets_up": float(n_p), "request_rate_interval": lam,
-                "mean_input_tokens_interval": st.mean_l,
-            },
+                **rates, Signal.QUEUE_DEPTH: float(self.rec["queue_prefill"][k]),
+                Signal.GPU_UTILIZATION_RATIO: min(1.0, pre.rho) if math.isfinite(pre.rho)
+                else 1.0,
+                Signal.TTFT_P95_S: hist_quantile(w.ttft, _EDGES, 0.95),
+                Signal.TTFT_P50_S: hist_quantile(w.ttft, _EDGES, 0.5),
+                Signal.PREFIX_CACHE_HIT_RATIO: self.load.prefix_hit,
+                Signal.TARGETS_UP: float(n_p)},
             Role.DECODE: {
-                "request_rate": lam, "queue_depth": qd,
-                "running_requests": batch * n_d if math.isfinite(batch) else None,
-                "kv_cache_usage_ratio": kv_usage,
-                "batch_occupancy_ratio": min(1.0, batch / dp.max_batch),
-                "gpu_utilization_ratio": 1.0 if batch > 0 else 0.0,
-                "itl_p95_s": step_s, "itl_p50_s": step_s,
-                "generation_tokens_per_s": demand, "targets_up": float(n_d),
-                "mean_input_tokens_interval": st.mean_l,
-                "mean_output_tokens_interval": st.mean_o,
-            },
-        })
-        if len(history) > delay_ticks + 1:
-            history.pop(0)
-        delayed = history[0]
-        obs_pools: dict[PoolKey, PoolObservation] = {}
-        for role, pool in pools.items():
-            replicas = PoolReplicas(
-                ready=pool.ready, starting=len(pool.starting), draining=len(pool.draining),
-                desired=pool.desired, min_replicas=pool.setup.min_replicas,
-                max_replicas=pool.setup.max_replicas,
-                gpus_per_replica=pool.setup.gpus_per_replica)
-            key = (setup.service, role)
-            obs_pools[key] = PoolObservation(key, replicas, delayed[role],
-                                             t - delay_ticks * tick_every * dt)
-        out: Mapping[PoolKey, PoolDecision] = policy.decide(Observation(t, obs_pools))
-        for key, decision in out.items():
-            role = key[1]
-            pool = pools[role]
-            before = pool.desired
-            drain_s = (st.mean_o * step_s if role is Role.DECODE else
-                       min(60.0, qp / max(cap_p, 1e-9)))
-            _scale(pool, decision.desired_replicas, t, drain_s)
-            if pool.desired != before:
-                scale_actions += 1
-                decisions.append({"t": t, "pool": role.value, "from": before,
-                                  "to": pool.desired, "reasons": list(decision.reasons)})
-        if progress is not None and k % max(1, n_steps // 100) < tick_every:
-            progress(k / n_steps)
-    series = _minute_rows(rec, dt)
-    end = n_steps * dt
-    summary = _fluid_summary(setup, pools, ttft_hist, itl_hist, total, ok_ttft, ok_itl,
-                             ok_both, scale_actions, end, time.perf_counter() - started)
-    return SimResult(summary, series, decisions)
+                **rates, Signal.QUEUE_DEPTH: self.qd,
+                Signal.RUNNING_REQUESTS: dec.batch * dec.ready
+                if math.isfinite(dec.batch) else None,
+                Signal.KV_CACHE_USAGE_RATIO: float(self.rec["kv_usage"][k]),
+                Signal.GPU_UTILIZATION_RATIO: 1.0 if dec.batch > 0 else 0.0,
+                Signal.ITL_P95_S: hist_quantile(itl, _EDGES, 0.95),
+                Signal.ITL_P50_S: hist_quantile(itl, _EDGES, 0.5),
+                Signal.TARGETS_UP: float(dec.ready)},
+        }
+
+
+def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,
+              observation_delay_s: float = 30.0, spec: Spec | None = None,
+              forecasts: Refits | None = None,
+              progress: Callable[[float], None] | None = None) -> SimResult:
+    """Replay ``load`` in fluid mode with ``policy`` in the production reconcile loop."""
+    world = FluidWorld(setup, load, observation_delay_s=observation_delay_s)
+    return run_world(world, policy, spec=spec, forecasts=forecasts, progress=progress)
 
 
 def _scale(pool: _Pool, desired: int, t: float, drain_s: float) -> None:
@@ -371,10 +511,9 @@ def _minute_rows(rec: Mapping[str, FloatArray], dt: float) -> list[dict[str, flo
     return rows
 
 
-def _fluid_summary(setup: SimSetup, pools: Mapping[Role, _Pool], ttft_hist: FloatArray,
-                   itl_hist: FloatArray, total: float, ok_ttft: float, ok_itl: float,
-                   ok_both: float, scale_actions: int, end: float,
-                   wall: float) -> dict[str, Any]:
+def _fluid_summary(pools: Mapping[Role, _Pool], ttft_hist: FloatArray, itl_hist: FloatArray,
+                   tally: _Tally, scale_actions: int, end: float, wall: float
+                   ) -> dict[str, Any]:
     pool_out: dict[str, Any] = {}
     gpu_h = 0.0
     for role, pool in pools.items():
@@ -382,12 +521,12 @@ def _fluid_summary(setup: SimSetup, pools: Mapping[Role, _Pool], ttft_hist: Floa
         gpu_h += h
         pool_out[role.value] = {"gpu_hours": h, "mean_replicas": pool.replica_seconds / end,
                                 "peak_replicas": pool.peak}
-    denom = max(total, 1e-9)
+    denom = max(tally.total, 1e-9)
     return {
-        "requests": round(total),
-        "slo_attainment": ok_both / denom,
-        "ttft_attainment": ok_ttft / denom,
-        "itl_attainment": ok_itl / denom,
+        "requests": round(tally.total),
+        "slo_attainment": tally.ok_both / denom,
+        "ttft_attainment": tally.ok_ttft / denom,
+        "itl_attainment": tally.ok_itl / denom,
         "ttft_p50_s": hist_quantile(ttft_hist, _EDGES, 0.5),
         "ttft_p95_s": hist_quantile(ttft_hist, _EDGES, 0.95),
         "ttft_p99_s": hist_quantile(ttft_hist, _EDGES, 0.99),

@@ -34,7 +34,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pdscale._engines import DYNAMO_BUCKET_DEFAULTS, dynamo_buckets
 from pdscale.spec import ENGINE_HISTOGRAM_BUCKETS, Engine, Role, ServiceSpec
 from simulator._event import EventSimulator, _DecodeReplica, _PrefillReplica, _Replica, _State
 from telemetry import dynamo_label_namespace
@@ -119,9 +118,7 @@ class LiveCluster(Collector):
             # The frontend's buckets follow its DYN_METRICS_* settings (declared in the spec's
             # dynamo.histograms, else Dynamo's defaults), whatever histogram_buckets claims.
             for k in kinds:
-                setting = service.dynamo.histograms.get(k) if service.dynamo else None
-                buckets[k] = dynamo_buckets(setting.min, setting.max, setting.count) \
-                    if setting is not None else dynamo_buckets(*DYNAMO_BUCKET_DEFAULTS[k])
+                buckets[k] = service.frontend_buckets(k)
         return cls(sim, namespace=service.namespace, model_name=service.model_name,
                    pod_prefix={r: service.pools[r].target.name for r in Role}, speed=speed,
                    engine=service.engine,

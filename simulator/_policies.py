@@ -2,12 +2,14 @@
 
 * ``static``: fixed replicas (by default sized for the trace's peak, see :func:`size_for_peak`).
 * ``reactive``: Kubernetes HPA v2 semantics on a utilisation metric per pool (prefill: GPU busy
-  share; decode: the larger of KV-cache usage and batch occupancy), target 60 %: 15 s sync,
+  share; decode: the larger of KV-cache usage and batch occupancy, running requests over the
+  ready replicas' largest batch), target 60 %: 15 s sync,
   10 % tolerance, scale-up at most max(4 pods, 100 %) per period, scale-down stabilisation
   300 s (the highest recommendation of the last 5 minutes).
 * ``dynamo``: NVIDIA Dynamo's planner as published: every 180 s, predict the next interval's
-  request rate, mean input and output length (constant predictor: the last interval's
-  values), size prefill as rate x ISL x (1 - prefix hit) x min(1, TTFT correction) / prefill
+  request rate, mean input and output length (constant predictor: the last recorded values,
+  which are rates over the recording rules' 5-minute window where the planner queries its own
+  interval), size prefill as rate x ISL x (1 - prefix hit) x min(1, TTFT correction) / prefill
   tokens/s per replica at that ISL, and decode as rate x OSL / decode tokens/s per replica at
   the ITL target (divided by the ITL correction); corrections are observed / expected latency.
   A fast loop adds one replica when the pool's latency is over its SLO and nothing is starting.
@@ -26,25 +28,28 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from controller import Observation, PoolDecision, PoolKey, decode_batch_at_slo
-from controller._capacity import HEADROOM
-from controller._profiles import InstanceProfile
+from controller import (
+    HEADROOM,
+    InstanceProfile,
+    Observation,
+    PoolDecision,
+    PoolKey,
+    decode_operating_point,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
 from pdscale.spec import Role
 from simulator._trace import Trace
+from telemetry import Signal
 
 __all__ = [
     "DynamoPolicy",
     "OraclePolicy",
     "ReactivePolicy",
     "StaticPolicy",
-    "decode_batch_at_slo",
     "demand_plan",
     "size_for_peak",
 ]
-
-TARGET_UTILISATION = HEADROOM
-"""Share of a replica's saturated capacity the capacity model plans to use."""
-
 
 @dataclass(frozen=True)
 class DemandPlan:
@@ -65,11 +70,12 @@ def demand_plan(trace: Trace, prefill: InstanceProfile, decode: InstanceProfile,
     step time meets the ITL SLO."""
     n_s = math.ceil(trace.arrival_s[-1] + 1) if len(trace) else 1
     sec = np.minimum(trace.arrival_s.astype(np.int64), n_s - 1)
-    tokens = np.bincount(sec, weights=trace.prompt_tokens * (1 - prefix_hit), minlength=n_s)
+    tokens = np.bincount(sec, weights=uncached_prefill_demand(1.0, prefix_hit) *
+                         trace.prompt_tokens, minlength=n_s)
     mean_l = float(trace.prompt_tokens.mean())
     mean_sq = float((trace.prompt_tokens.astype(np.float64) ** 2).mean())
-    mu = prefill.prefill_tokens_per_s(mean_l, mean_sq) * TARGET_UTILISATION
-    slack = max(0.05, ttft_slo_s * TARGET_UTILISATION - prefill.ttft_overhead_ms / 1000)
+    mu = prefill_capacity(prefill, mean_l, mean_sq)
+    slack = max(0.05, ttft_slo_s * HEADROOM - prefill.ttft_overhead_ms / 1000)
     cum = np.concatenate([[0.0], np.cumsum(tokens)])
     p_need = np.zeros(n_s)
     for w in (1, 2, 4, 8, 16, 32, 64):
@@ -81,8 +87,8 @@ def demand_plan(trace: Trace, prefill: InstanceProfile, decode: InstanceProfile,
     # A window's need applies over the whole window it covers.
     p_need = _rolling_max(np.ceil(p_need), 64)
     ctx = mean_l + float(trace.output_tokens.mean()) / 2
-    batch = decode_batch_at_slo(decode, itl_slo_s, ctx)
-    step_s = decode.decode_step_ms(batch, batch * ctx) / 1000
+    point = decode_operating_point(decode, itl_slo_s * HEADROOM, ctx)
+    batch, step_s = point.batch, point.step_s
     start = np.minimum(sec, n_s - 1)
     end = np.minimum((trace.arrival_s + trace.output_tokens * step_s).astype(np.int64) + 1,
                      n_s)
@@ -122,17 +128,26 @@ class ReactivePolicy:
     name = "reactive"
 
     def __init__(self, *, target: float = 0.6, tolerance: float = 0.1,
-                 stabilisation_s: float = 300.0, tick_s: float = 15.0) -> None:
+                 stabilisation_s: float = 300.0, tick_s: float = 15.0,
+                 decode_max_batch: int | None = None) -> None:
         self.target = target
         self.tolerance = tolerance
         self.window = max(1, int(stabilisation_s / tick_s))
+        self.decode_max_batch = decode_max_batch
         self._history: dict[PoolKey, deque[int]] = {}
 
-    def _metric(self, role: Role, signals: Mapping[str, float | None]) -> float | None:
+    def _metric(self, role: Role, signals: Mapping[Signal, float | None],
+                ready: int) -> float | None:
         if role is Role.PREFILL:
-            return signals.get("gpu_utilization_ratio")
-        kv = signals.get("kv_cache_usage_ratio")
-        occ = signals.get("batch_occupancy_ratio")
+            return signals.get(Signal.GPU_UTILIZATION_RATIO)
+        kv = signals.get(Signal.KV_CACHE_USAGE_RATIO)
+        running = signals.get(Signal.RUNNING_REQUESTS)
+        # Occupancy over the replicas of the same sample (its scrape targets), not today's
+        # ready count: after a scale-up the old sample's sequences would look spread thin.
+        replicas = signals.get(Signal.TARGETS_UP) or ready
+        occ = None
+        if running is not None and self.decode_max_batch and replicas:
+            occ = min(1.0, running / (replicas * self.decode_max_batch))
         values = [v for v in (kv, occ) if v is not None]
         return max(values) if values else None
 
@@ -140,7 +155,7 @@ class ReactivePolicy:
         out = {}
         for key, pool in observation.pools.items():
             current = max(pool.replicas.ready, 1)
-            metric = self._metric(key[1], pool.signals)
+            metric = self._metric(key[1], pool.signals, pool.replicas.ready)
             if metric is None:
                 continue  # HPA skips a metric it cannot read
             ratio = metric / self.target
@@ -182,27 +197,25 @@ class DynamoPolicy:
         p, d = observation.pools[prefill_key], observation.pools[decode_key]
         if now >= self._next:
             self._next = now + self.interval_s
-            rate = p.signals.get("request_rate_interval")
-            isl = p.signals.get("mean_input_tokens_interval")
-            osl = d.signals.get("mean_output_tokens_interval")
-            hit = p.signals.get("prefix_cache_hit_ratio") or 0.0
+            rate = p.signals.get(Signal.REQUEST_RATE)
+            isl = p.signals.get(Signal.MEAN_PROMPT_TOKENS)
+            osl = d.signals.get(Signal.MEAN_OUTPUT_TOKENS)
+            hit = p.signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
             if rate is not None and isl is not None and osl is not None and rate > 0:
-                ttft = p.signals.get("ttft_p50_s")
+                ttft = p.signals.get(Signal.TTFT_P50_S)
                 expected_ttft = self.prefill.prefill_ms(isl) / 1000
                 ttft_corr = (ttft / expected_ttft) if ttft and expected_ttft else 1.0
                 prefill_tps = isl / (self.prefill.prefill_ms(isl) / 1000)
                 n_p = math.ceil(rate * isl * (1 - hit) * min(1.0, ttft_corr) / prefill_tps /
                                 p.replicas.gpus_per_replica)
-                itl = d.signals.get("itl_p50_s")
+                itl = d.signals.get(Signal.ITL_P50_S)
                 ctx = isl + osl / 2
-                batch = decode_batch_at_slo(self.decode, self.itl_slo_s / TARGET_UTILISATION,
-                                            ctx)
-                expected_itl = self.decode.decode_step_ms(batch, batch * ctx) / 1000
+                # The planner plans at the ITL target itself (no headroom), divided by how
+                # far the observed ITL is from the one expected there.
+                expected_itl = decode_operating_point(self.decode, self.itl_slo_s, ctx).step_s
                 itl_corr = (itl / expected_itl) if itl and expected_itl else 1.0
-                target_batch = decode_batch_at_slo(
-                    self.decode, self.itl_slo_s / TARGET_UTILISATION / max(itl_corr, 1e-3), ctx)
-                step_s = self.decode.decode_step_ms(target_batch, target_batch * ctx) / 1000
-                decode_tps = target_batch / step_s
+                decode_tps = decode_operating_point(
+                    self.decode, self.itl_slo_s / max(itl_corr, 1e-3), ctx).tokens_per_s
                 n_d = math.ceil(rate * osl / decode_tps / d.replicas.gpus_per_replica)
                 self._desired[prefill_key] = n_p
                 self._desired[decode_key] = n_d
@@ -211,12 +224,12 @@ class DynamoPolicy:
                 out[decode_key] = PoolDecision(n_d, (f"predicted {rate:.2f} req/s, OSL "
                                                      f"{osl:.0f}",))
         # Fast loop: one replica at a time while a pool misses its SLO and none is starting.
-        for key, pool, signal, slo in ((prefill_key, p, "ttft_p95_s", self.ttft_slo_s),
-                                       (decode_key, d, "itl_p95_s", self.itl_slo_s)):
+        for key, pool, signal, slo in ((prefill_key, p, Signal.TTFT_P95_S, self.ttft_slo_s),
+                                       (decode_key, d, Signal.ITL_P95_S, self.itl_slo_s)):
             value = pool.signals.get(signal)
             if value is not None and value > slo and pool.replicas.starting == 0:
                 base = out[key].desired_replicas if key in out else pool.replicas.active
-                out[key] = PoolDecision(base + 1, (f"{signal} {value:.3f}s over SLO: +1",))
+                out[key] = PoolDecision(base + 1, (f"{signal.value} {value:.3f}s over SLO: +1",))
         for key, decision in list(out.items()):
             pool = observation.pools[key]
             clamped = max(pool.replicas.min_replicas,

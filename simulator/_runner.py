@@ -1,112 +1,112 @@
-"""The closed loop: run a trace through the simulated pools with a policy, collect results.
+"""Event mode as a world for the production controller (:mod:`simulator._world`).
 
-Every tick (15 s) the simulator computes what Prometheus would show for each pool over the last
-minute (the catalog's signals: queue depth, running requests, TTFT and ITL percentiles, request
-and token rates, prefix-cache hit rate, KV-cache usage, GPU busy share) and hands the policy
-the snapshot from ``observation_delay_s`` earlier (one scrape interval plus one rule
-evaluation, 30 s by default). Decisions go through the same actuator interface the controller
-uses. Results: per-request SLO attainment (TTFT within its SLO and mean inter-token time within
-the ITL SLO), latency percentiles, GPU-hours billed from each replica's request to its end, and
-a per-minute time series.
+Every tick the discrete-event simulator (:mod:`simulator._event`) hands over what happened
+since the last one (arrivals, prompt, cached and generated tokens, first-token times, an ITL
+histogram, GPU-busy time); :class:`EventWorld` turns that into the catalog's signals as the
+recording rules would compute them (rates and percentiles over ``telemetry.RATE_WINDOW_S``,
+gauges at the tick) and keeps a per-minute time series. Results: per-request SLO attainment
+(TTFT within its SLO and mean inter-token time within the ITL SLO), latency percentiles,
+GPU-hours billed from each replica's request to its end.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from controller import (
-    Actuator,
-    Observation,
-    Policy,
-    PoolDecision,
-    PoolKey,
-    PoolObservation,
-    PoolReplicas,
-)
-from pdscale.spec import Role
-from simulator._event import (
-    EventSimulator,
-    SimSetup,
-    _DecodeReplica,
-    _PrefillReplica,
-    _State,
-    hist_quantile,
-)
+from controller import Policy, PoolReplicas, Refits
+from pdscale.spec import Role, Spec
+from simulator._event import EventSimulator
+from simulator._setup import SimSetup, _DecodeReplica, _PrefillReplica, _State, hist_quantile
 from simulator._trace import Trace
+from simulator._world import PoolSignals, SimClock, SimResult, World, build_reconciler, run_world
+from telemetry import RATE_WINDOW_S, Signal
 
-__all__ = ["SimActuator", "SimResult", "attach_loop", "finish_loop", "run_event"]
+__all__ = ["EventWorld", "SimResult", "attach_reconciler", "run_event"]
 
-WINDOW_TICKS = 4  # signals over the last minute (4 x 15 s), like a rate()[1m]
+FloatHist = np.ndarray[Any, np.dtype[np.float64]]
 
 
 @dataclass
 class _TickRaw:
+    """What happened in one tick (the counters' increments)."""
+
     t: float
     arrivals: int
     prompt_tokens: int
     cached_tokens: int
     generated: int
     first_tokens: list[float]
-    itl_hist: np.ndarray[Any, np.dtype[np.float64]]
+    itl_hist: FloatHist
     busy_s: dict[Role, float]
-    prompt_sum: int
-    output_sum: int
 
 
 @dataclass
 class _Minute:
     rows: list[dict[str, float]] = field(default_factory=list)
     first_tokens: list[float] = field(default_factory=list)
-    itl: np.ndarray[Any, np.dtype[np.float64]] | None = None
+    itl: FloatHist | None = None
 
 
-@dataclass
-class SimResult:
-    summary: dict[str, Any]
-    timeseries: list[dict[str, float]]
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+class EventWorld(World):
+    """A trace through the event simulator, observed and scaled by the controller."""
 
-
-class SimActuator:
-    """The simulator's side of controller.Actuator: scale a pool of the simulated service."""
-
-    def __init__(self, sim: EventSimulator) -> None:
-        self.sim = sim
-
-    def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
-        service, role = key
-        if service != self.sim.setup.service:
-            raise KeyError(f"no pool {key!r} here: this simulation runs service "
-                           f"{self.sim.setup.service!r}")
-        self.sim.set_replicas(role, replicas)
-
-
-class _Loop:
-    def __init__(self, sim: EventSimulator, policy: Policy, *, observation_delay_s: float,
-                 interval_s: float) -> None:
-        self.sim = sim
-        self.policy = policy
-        self.actuator: Actuator = SimActuator(sim)
-        self.delay_ticks = max(0, round(observation_delay_s / sim.setup.tick_s))
-        self.raw: deque[_TickRaw] = deque(maxlen=WINDOW_TICKS + self.delay_ticks + 16)
-        self.snapshots: deque[tuple[float, dict[Role, dict[str, float | None]]]] = deque(
-            maxlen=self.delay_ticks + 1)
-        self.interval_ticks = max(1, int(interval_s / sim.setup.tick_s))
+    def __init__(self, setup: SimSetup, trace: Trace, *,
+                 observation_delay_s: float = 30.0) -> None:
+        super().__init__(setup, observation_delay_s=observation_delay_s)
+        self.sim = EventSimulator(setup, trace)
+        self.sim.on_tick = self._on_sim_tick
+        self.window_ticks = max(1, round(RATE_WINDOW_S / setup.tick_s))
+        self.raw: deque[_TickRaw] = deque(maxlen=self.window_ticks)
         self.series: list[dict[str, float]] = []
-        self.decisions: list[dict[str, Any]] = []
-        self.scale_actions = 0
-        self.replica_seconds: dict[Role, float] = {Role.PREFILL: 0.0, Role.DECODE: 0.0}
         self.peak: dict[Role, int] = {Role.PREFILL: 0, Role.DECODE: 0}
         self._last_busy: dict[int, float] = {}
-        self._arrival_index = 0
+        self._arrivals_seen = 0
         self._minute = _Minute()
+        self._sampled_at: float | None = None
+        self._started = False
+
+    # -- World ----------------------------------------------------------------------------
+
+    def advance(self, until_s: float) -> bool:
+        if not self._started:
+            self.sim.start()
+            self._started = True
+        self._sampled_at = None
+        self.sim.advance(until_s, settle=False)
+        if self._sampled_at is None or abs(self._sampled_at - until_s) > 1e-6:
+            self.sim.advance(math.inf)  # the trace is done: let the last work finish
+            self.sim.close()
+            return False
+        return True
+
+    def replicas(self, role: Role) -> PoolReplicas:
+        c = self.sim.counts(role)
+        ps = self.sim.pool_setup(role)
+        return PoolReplicas(ready=c["ready"], starting=c["starting"], draining=c["draining"],
+                            desired=self.sim.desired[role], min_replicas=ps.min_replicas,
+                            max_replicas=ps.max_replicas, gpus_per_replica=ps.gpus_per_replica)
+
+    def scale(self, role: Role, replicas: int) -> None:
+        self.sim.set_replicas(role, replicas)
+
+    def desired(self, role: Role) -> int:
+        return self.sim.desired[role]
+
+    @property
+    def span_s(self) -> float:
+        return float(self.sim.arrival[-1]) if len(self.sim.arrival) else 0.0
+
+    def result(self, wall_s: float) -> SimResult:
+        self._flush_minute()
+        return SimResult(_summary(self, wall_s), self.series, self.decisions)
+
+    # -- signals --------------------------------------------------------------------------
 
     def _busy_delta(self, role: Role) -> float:
         total = 0.0
@@ -116,120 +116,87 @@ class _Loop:
             self._last_busy[r.id] = r.busy_s
         return total
 
-    def _collect(self, now: float) -> None:
-        sim = self.sim
-        # Lengths of the requests that arrived in this tick, for the Dynamo planner's means.
-        end = int(np.searchsorted(sim.arrival, now, side="right"))
-        sl = slice(self._arrival_index, end)
-        self._arrival_index = end
+    def _on_sim_tick(self, sim: EventSimulator, now: float) -> None:
+        """At every TICK event: take the tick's counters, sample the signals, record."""
+        arrivals = sim.window_arrivals
+        self._arrivals_seen += arrivals
         self.raw.append(_TickRaw(
-            t=now, arrivals=end - sl.start, prompt_tokens=sim.window_prompt_tokens,
+            t=now, arrivals=arrivals, prompt_tokens=sim.window_prompt_tokens,
             cached_tokens=sim.window_cached_tokens, generated=sim.window_generated,
             first_tokens=list(sim.window_first_tokens), itl_hist=sim.window_itl_hist.copy(),
-            busy_s={r: self._busy_delta(r) for r in Role},
-            prompt_sum=int(sim.prompt[sl].sum()), output_sum=int(sim.output[sl].sum())))
-
-    def _signals(self, now: float) -> dict[Role, dict[str, float | None]]:
-        sim = self.sim
-        recent = list(self.raw)[-WINDOW_TICKS:]
-        span = max(len(recent) * sim.setup.tick_s, 1e-9)
-        arrivals = sum(r.arrivals for r in recent)
-        prompt = sum(r.prompt_tokens for r in recent)
-        cached = sum(r.cached_tokens for r in recent)
-        firsts = [x for r in recent for x in r.first_tokens]
-        hist = sum((r.itl_hist for r in recent), np.zeros_like(sim.itl_hist))
-        itl_p50 = hist_quantile(hist, sim.itl_edges, 0.5)
-        itl_p95 = hist_quantile(hist, sim.itl_edges, 0.95)
-        interval = list(self.raw)[-self.interval_ticks:]
-        n_int = sum(r.arrivals for r in interval)
-        int_span = max(len(interval) * sim.setup.tick_s, 1e-9)
-        out: dict[Role, dict[str, float | None]] = {}
-        for role in Role:
-            ready = [r for r in sim.pool(role) if r.state is _State.READY]
-            busy = sum(r.busy_s[role] for r in recent)
-            util = busy / (span * max(len(ready), 1)) if ready else None
-            s: dict[str, float | None] = {
-                "request_rate": arrivals / span,
-                "gpu_utilization_ratio": None if util is None else min(1.0, util),
-                "targets_up": float(len(ready)),
-                "request_rate_interval": n_int / int_span,
-                "mean_input_tokens_interval": (sum(r.prompt_sum for r in interval) / n_int)
-                if n_int else None,
-                "mean_output_tokens_interval": (sum(r.output_sum for r in interval) / n_int)
-                if n_int else None,
-            }
-            if role is Role.PREFILL:
-                pre = [r for r in sim.prefill if isinstance(r, _PrefillReplica)]
-                s["queue_depth"] = float(len(sim.shared_queue) + sum(len(r.queue) for r in pre))
-                s["running_requests"] = float(sum(len(r.active) for r in pre))
-                s["prompt_tokens_per_s"] = prompt / span
-                s["prefix_cache_hit_ratio"] = cached / prompt if prompt else None
-                s["ttft_p50_s"] = float(np.percentile(firsts, 50)) if firsts else None
-                s["ttft_p95_s"] = float(np.percentile(firsts, 95)) if firsts else None
-            else:
-                dec = [r for r in sim.decode if isinstance(r, _DecodeReplica)]
-                cap = sim.setup.decode.profile.kv_capacity_tokens
-                live = [r for r in dec if r.state in (_State.READY, _State.DRAINING)]
-                s["queue_depth"] = float(sum(len(r.waiting) for r in dec) + len(sim._orphans))
-                s["running_requests"] = float(sum(len(r.members) for r in dec))
-                s["generation_tokens_per_s"] = sum(r.generated for r in recent) / span
-                s["kv_cache_usage_ratio"] = (float(np.mean([r.kv() / cap for r in live]))
-                                             if live else None)
-                max_batch = sim.setup.decode.profile.max_batch
-                s["batch_occupancy_ratio"] = (float(np.mean([len(r.members) / max_batch
-                                                             for r in live])) if live else None)
-                s["itl_p50_s"] = itl_p50
-                s["itl_p95_s"] = itl_p95
-            out[role] = s
-        return out
-
-    def on_tick(self, sim: EventSimulator, now: float) -> None:
-        self._collect(now)
-        signals = self._signals(now)
-        self.snapshots.append((now, signals))
+            busy_s={r: self._busy_delta(r) for r in Role}))
+        signals = {Role.PREFILL: self._prefill_signals(), Role.DECODE: self._decode_signals()}
+        self.sample(now, signals)
         self._record(now, signals)
-        data_time, delayed = self.snapshots[0]
-        pools: dict[PoolKey, PoolObservation] = {}
-        for role in Role:
-            c = sim.counts(role)
-            ps = sim.pool_setup(role)
-            replicas = PoolReplicas(ready=c["ready"], starting=c["starting"],
-                                    draining=c["draining"], desired=sim.desired[role],
-                                    min_replicas=ps.min_replicas, max_replicas=ps.max_replicas,
-                                    gpus_per_replica=ps.gpus_per_replica)
-            key = (sim.setup.service, role)
-            pools[key] = PoolObservation(key, replicas, delayed[role], data_time)
-        decisions: Mapping[PoolKey, PoolDecision] = self.policy.decide(Observation(now, pools))
-        for key, decision in decisions.items():
-            role = key[1]
-            before = sim.desired[role]
-            self.actuator.set_replicas(key, decision.desired_replicas, decision.reasons)
-            if sim.desired[role] != before:
-                self.scale_actions += 1
-                self.decisions.append({"t": now, "pool": role.value, "from": before,
-                                       "to": sim.desired[role], "reasons": list(decision.reasons)})
+        self._sampled_at = now
 
-    def _record(self, now: float, signals: Mapping[Role, Mapping[str, float | None]]) -> None:
+    def _rates(self) -> PoolSignals:
+        """Service-wide rates over the rate window (both pools carry them, so each pool's
+        mean lengths derive as in a cluster)."""
+        recent = self.raw
+        span = max(len(recent) * self.setup.tick_s, 1e-9)
+        return {Signal.REQUEST_RATE: sum(r.arrivals for r in recent) / span,
+                Signal.PROMPT_TOKENS_PER_S: sum(r.prompt_tokens for r in recent) / span,
+                Signal.GENERATION_TOKENS_PER_S: sum(r.generated for r in recent) / span}
+
+    def _utilisation(self, role: Role, ready: int) -> float | None:
+        """GPU-busy share of the last tick (DCGM's utilisation gauge at the scrape)."""
+        if not ready:
+            return None
+        return min(1.0, self.raw[-1].busy_s[role] / (self.setup.tick_s * ready))
+
+    def _prefill_signals(self) -> PoolSignals:
         sim = self.sim
-        tick = sim.setup.tick_s
+        pre = [r for r in sim.prefill if isinstance(r, _PrefillReplica)]
+        ready = sum(1 for r in pre if r.state is _State.READY)
+        prompt = sum(r.prompt_tokens for r in self.raw)
+        cached = sum(r.cached_tokens for r in self.raw)
+        firsts = [x for r in self.raw for x in r.first_tokens]
+        return {**self._rates(),
+                Signal.QUEUE_DEPTH: float(len(sim.shared_queue) + sum(len(r.queue) for r in pre)),
+                Signal.RUNNING_REQUESTS: float(sum(len(r.active) for r in pre)),
+                Signal.PREFIX_CACHE_HIT_RATIO: cached / prompt if prompt else None,
+                Signal.TTFT_P50_S: float(np.percentile(firsts, 50)) if firsts else None,
+                Signal.TTFT_P95_S: float(np.percentile(firsts, 95)) if firsts else None,
+                Signal.GPU_UTILIZATION_RATIO: self._utilisation(Role.PREFILL, ready),
+                Signal.TARGETS_UP: float(ready)}
+
+    def _decode_signals(self) -> PoolSignals:
+        sim = self.sim
+        dec = [r for r in sim.decode if isinstance(r, _DecodeReplica)]
+        live = [r for r in dec if r.state in (_State.READY, _State.DRAINING)]
+        ready = sum(1 for r in dec if r.state is _State.READY)
+        cap = self.setup.decode.profile.kv_capacity_tokens
+        hist = np.sum([r.itl_hist for r in self.raw], axis=0)
+        return {**self._rates(),
+                Signal.QUEUE_DEPTH: float(sum(len(r.waiting) for r in dec) + len(sim._orphans)),
+                Signal.RUNNING_REQUESTS: float(sum(len(r.members) for r in dec)),
+                Signal.KV_CACHE_USAGE_RATIO: (float(np.mean([r.kv() / cap for r in live]))
+                                              if live else None),
+                Signal.ITL_P50_S: hist_quantile(hist, sim.itl_edges, 0.5),
+                Signal.ITL_P95_S: hist_quantile(hist, sim.itl_edges, 0.95),
+                Signal.GPU_UTILIZATION_RATIO: self._utilisation(Role.DECODE, ready),
+                Signal.TARGETS_UP: float(ready)}
+
+    # -- the time series ------------------------------------------------------------------
+
+    def _record(self, now: float, signals: dict[Role, PoolSignals]) -> None:
+        sim = self.sim
         row: dict[str, float] = {"t": now}
         for role in Role:
             c = sim.counts(role)
-            billed = c["ready"] + c["starting"] + c["draining"]
-            self.replica_seconds[role] += billed * tick
-            self.peak[role] = max(self.peak[role], billed)
+            self.peak[role] = max(self.peak[role], c["ready"] + c["starting"] + c["draining"])
             row[f"{role.value}_ready"] = c["ready"]
             row[f"{role.value}_starting"] = c["starting"]
             row[f"{role.value}_desired"] = sim.desired[role]
         last = self.raw[-1]
         row["arrivals"] = last.arrivals
         row["prompt_tokens"] = last.prompt_tokens
-        row["queue_prefill"] = signals[Role.PREFILL]["queue_depth"] or 0.0
-        row["queue_decode"] = signals[Role.DECODE]["queue_depth"] or 0.0
-        row["kv_usage"] = signals[Role.DECODE]["kv_cache_usage_ratio"] or 0.0
-        minute = int(now // 60)
+        row["queue_prefill"] = signals[Role.PREFILL][Signal.QUEUE_DEPTH] or 0.0
+        row["queue_decode"] = signals[Role.DECODE][Signal.QUEUE_DEPTH] or 0.0
+        row["kv_usage"] = signals[Role.DECODE][Signal.KV_CACHE_USAGE_RATIO] or 0.0
         acc = self._minute
-        if acc.rows and int(acc.rows[-1]["t"] // 60) != minute:
+        if acc.rows and int(acc.rows[-1]["t"] // 60) != int(now // 60):
             self._flush_minute()
             acc = self._minute
         acc.rows.append(row)
@@ -242,7 +209,7 @@ class _Loop:
             return
         firsts = self._minute.first_tokens
         hist = self._minute.itl
-        span = len(rows) * self.sim.setup.tick_s
+        span = len(rows) * self.setup.tick_s
         out = {
             "minute": float(int(rows[0]["t"] // 60)),
             "arrivals_rps": sum(r["arrivals"] for r in rows) / span,
@@ -251,9 +218,8 @@ class _Loop:
         for role in Role:
             for k in ("ready", "starting", "desired"):
                 out[f"{role.value}_{k}"] = float(np.mean([r[f"{role.value}_{k}"] for r in rows]))
-        out["queue_prefill"] = float(np.mean([r["queue_prefill"] for r in rows]))
-        out["queue_decode"] = float(np.mean([r["queue_decode"] for r in rows]))
-        out["kv_usage"] = float(np.mean([r["kv_usage"] for r in rows]))
+        for k in ("queue_prefill", "queue_decode", "kv_usage"):
+            out[k] = float(np.mean([r[k] for r in rows]))
         out["ttft_p95_s"] = float(np.percentile(firsts, 95)) if firsts else math.nan
         q = hist_quantile(hist, self.sim.itl_edges, 0.95) if hist is not None else None
         out["itl_p95_s"] = q if q is not None else math.nan
@@ -266,35 +232,33 @@ def _pct(values: np.ndarray[Any, Any], q: float) -> float | None:
     return float(np.percentile(v, q)) if len(v) else None
 
 
-def attach_loop(sim: EventSimulator, policy: Policy, *, observation_delay_s: float = 30.0,
-                planner_interval_s: float = 180.0) -> _Loop:
-    """Connect a policy to a simulator's ticks (used by the live mode)."""
-    loop = _Loop(sim, policy, observation_delay_s=observation_delay_s,
-                 interval_s=planner_interval_s)
-    sim.on_tick = loop.on_tick
-    return loop
+def attach_reconciler(world: EventWorld, policy: Policy, *, spec: Spec | None = None,
+                      forecasts: Refits | None = None) -> None:
+    """Tick the production controller at every simulated tick of ``world`` while something
+    else advances its simulator (live mode advances it with the wall clock)."""
+    clock = SimClock()
+    reconciler = build_reconciler(world, policy, clock=clock, spec=spec, forecasts=forecasts)
+    collect = world._on_sim_tick
 
+    def on_tick(sim: EventSimulator, now: float) -> None:
+        collect(sim, now)
+        clock.now_s = now
+        world.record(reconciler.tick())
 
-def finish_loop(sim: EventSimulator, loop: _Loop, wall_s: float) -> SimResult:
-    loop._flush_minute()
-    return SimResult(_summary(sim, loop, wall_s), loop.series, loop.decisions)
+    world.sim.on_tick = on_tick
 
 
 def run_event(setup: SimSetup, trace: Trace, policy: Policy, *,
-              observation_delay_s: float = 30.0, planner_interval_s: float = 180.0,
+              observation_delay_s: float = 30.0, spec: Spec | None = None,
+              forecasts: Refits | None = None,
               progress: Callable[[float], None] | None = None) -> SimResult:
-    started = time.perf_counter()
-    sim = EventSimulator(setup, trace)
-    loop = _Loop(sim, policy, observation_delay_s=observation_delay_s,
-                 interval_s=planner_interval_s)
-    sim.on_tick = loop.on_tick
-    sim.run(progress=progress)
-    loop._flush_minute()
-    wall = time.perf_counter() - started
-    return SimResult(_summary(sim, loop, wall), loop.series, loop.decisions)
+    """Replay ``trace`` in event mode with ``policy`` in the production reconcile loop."""
+    world = EventWorld(setup, trace, observation_delay_s=observation_delay_s)
+    return run_world(world, policy, spec=spec, forecasts=forecasts, progress=progress)
 
 
-def _summary(sim: EventSimulator, loop: _Loop, wall_s: float) -> dict[str, Any]:
+def _summary(world: EventWorld, wall_s: float) -> dict[str, Any]:
+    sim = world.sim
     setup = sim.setup
     ttft = sim.first_token - sim.arrival
     tpot = np.where(sim.output > 1, (sim.finish - sim.first_token) /
@@ -315,7 +279,7 @@ def _summary(sim: EventSimulator, loop: _Loop, wall_s: float) -> dict[str, Any]:
         pools[role.value] = {
             "gpu_hours": gpu_h,
             "mean_replicas": seconds / max(end, 1e-9),
-            "peak_replicas": loop.peak[role],
+            "peak_replicas": world.peak[role],
             "busy_share": sum(r.busy_s for r in sim.pool(role)) / max(seconds, 1e-9),
         }
     return {
@@ -331,12 +295,10 @@ def _summary(sim: EventSimulator, loop: _Loop, wall_s: float) -> dict[str, Any]:
         "itl_p95_s": sim.itl_quantile(0.95),
         "tpot_p95_s": _pct(tpot[finished], 95),
         "gpu_hours": total_gpu_h,
-        "scale_actions": loop.scale_actions,
+        "scale_actions": world.scale_actions,
         "preemptions": sim.preemptions,
         "rerouted_requests": sim.rerouted,
         "simulated_s": end,
         "wall_s": wall_s,
         "pools": pools,
     }
-
-

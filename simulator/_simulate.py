@@ -17,25 +17,33 @@ from typing import Any, Literal
 
 import numpy as np
 
-from controller import Policy
-from controller._profiles import load_profile
-from pdscale.spec import ControllerSettings, Role, ServiceSpec, Spec
+from controller import (
+    HEADROOM,
+    ForecastStage,
+    Policy,
+    decode_operating_point,
+    load_profile,
+    prefill_capacity,
+    uncached_prefill_demand,
+)
+from pdscale.spec import Role, ServiceSpec, Spec
 from simulator._event import PoolSetup, SimSetup
-from simulator._fluid import FluidLoad, fluid_load_from_servegen, fluid_load_from_trace, run_fluid
+from simulator._fluid import FluidLoad, FluidWorld, fluid_load_from_servegen, fluid_load_from_trace
 from simulator._policies import (
     DemandPlan,
     DynamoPolicy,
     OraclePolicy,
     ReactivePolicy,
     StaticPolicy,
-    decode_batch_at_slo,
     demand_plan,
     size_for_peak,
 )
-from simulator._runner import SimResult, run_event
+from simulator._runner import EventWorld
 from simulator._trace import Trace, TraceError, detect_format, load_trace
+from simulator._world import SimResult, World, run_world
 
-__all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate"]
+__all__ = ["POLICIES", "Prepared", "SimOptions", "prepare", "result_files", "simulate",
+           "world_for"]
 
 POLICIES = ("static", "reactive", "dynamo", "oracle", "pdscale")
 Mode = Literal["event", "fluid", "auto"]
@@ -67,17 +75,18 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     """The oracle's plan for a fluid load: per step, replicas for its token rate and its
     decode concurrency (Little's law at the batch that meets the ITL SLO)."""
     pp, dp = setup.prefill.profile, setup.decode.profile
-    # Per length sample: prefill tokens a request costs at 80 % of the pool's throughput, and
-    # decode replica-seconds a request holds (output x step time / batch at the ITL SLO).
+    # Per length sample: prefill replica-seconds a request costs, and decode replica-seconds
+    # a request holds (its output tokens at the operating point's cost per token).
     prefill_cost = np.zeros(len(load.prompt_samples))
     decode_cost = np.zeros(len(load.prompt_samples))
     for g, (prompts, outputs) in enumerate(zip(load.prompt_samples, load.output_samples,
                                                strict=True)):
-        mu = pp.prefill_tokens_per_s(float(prompts.mean()), float((prompts ** 2).mean())) * 0.8
-        prefill_cost[g] = prompts.mean() * (1 - load.prefix_hit) / mu
-        ctx = float(prompts.mean() + outputs.mean() / 2)
-        batch = decode_batch_at_slo(dp, setup.slo_itl_s, ctx)
-        decode_cost[g] = outputs.mean() * dp.decode_step_ms(batch, batch * ctx) / 1000 / batch
+        mean_l = float(prompts.mean())
+        mu = prefill_capacity(pp, mean_l, float((prompts ** 2).mean()))
+        prefill_cost[g] = uncached_prefill_demand(mean_l, load.prefix_hit) / mu
+        ctx = mean_l + float(outputs.mean()) / 2
+        point = decode_operating_point(dp, setup.slo_itl_s * HEADROOM, ctx)
+        decode_cost[g] = outputs.mean() * point.replica_s_per_token
     rate = load.requests / load.dt_s
     p_need = rate * prefill_cost[load.sample_index]
     d_need = rate * decode_cost[load.sample_index]
@@ -87,31 +96,27 @@ def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
     return DemandPlan(p, d)
 
 
-def _policy(name: str, setup: SimSetup, plan: DemandPlan,
-            settings: ControllerSettings | None = None) -> Policy:
+def _pdscale(setup: SimSetup, spec: Spec) -> tuple[Policy, ForecastStage]:
+    """pdscale's policy and forecast stage, built from the spec as ``pdscale run`` builds
+    them (its controller settings, the pools' profiles), with the simulation's cold start."""
+    from controller import build_forecasts, build_policy
+
+    cold = {(setup.service, Role.PREFILL): setup.prefill.cold_start_s,
+            (setup.service, Role.DECODE): setup.decode.cold_start_s}
+    forecasts = build_forecasts(spec, cold_start_s=cold)
+    return build_policy(spec, forecasts=forecasts, cold_start_s=cold), forecasts
+
+
+def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
+    """A baseline policy ``name`` for the simulated service."""
     if name == "static":
         return StaticPolicy()
     if name == "reactive":
-        return ReactivePolicy(tick_s=setup.tick_s)
+        return ReactivePolicy(tick_s=setup.tick_s,
+                              decode_max_batch=setup.decode.profile.max_batch)
     if name == "dynamo":
         return DynamoPolicy(setup.prefill.profile, setup.decode.profile,
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
-    if name == "pdscale":
-        from controller import CapacityModel, PdscalePolicy, policy_settings
-
-        key_p, key_d = (setup.service, Role.PREFILL), (setup.service, Role.DECODE)
-        capacity = {
-            key_p: CapacityModel(Role.PREFILL, setup.prefill.profile, setup.slo_ttft_s),
-            key_d: CapacityModel(Role.DECODE, setup.decode.profile, setup.slo_itl_s),
-        }
-        # The spec's controller settings, as in a cluster. The controller refits every 15
-        # minutes of wall time; replaying days of traffic, a refit every 6 simulated hours
-        # keeps runs short (updates still arrive every minute).
-        kwargs = policy_settings(settings or ControllerSettings())
-        kwargs["tick_s"] = setup.tick_s
-        kwargs["refit_every_s"] = 6 * 3600.0
-        return PdscalePolicy(capacity, {key_p: setup.prefill.cold_start_s,
-                                        key_d: setup.decode.cold_start_s}, **kwargs)
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
                             cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
@@ -120,7 +125,8 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan,
     raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}")
 
 
-def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int]) -> SimSetup:
+def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int], *,
+           tick_s: float) -> SimSetup:
     pools = {}
     for role in Role:
         pool = service.pools[role]
@@ -134,7 +140,7 @@ def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int
     return SimSetup(service=service.name, prefill=pools[Role.PREFILL],
                     decode=pools[Role.DECODE], slo_ttft_s=service.slo.ttft_p95_s,
                     slo_itl_s=service.slo.itl_p95_s, router=options.router,
-                    failures=options.failures)
+                    tick_s=tick_s, failures=options.failures)
 
 
 def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
@@ -151,6 +157,10 @@ def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
 class Prepared:
     setup: SimSetup
     policy: Policy
+    spec: Spec
+    """The spec narrowed to the simulated service: its constraints and telemetry."""
+    forecasts: ForecastStage | None
+    """pdscale's forecast stage (the loop refits it); None for the baselines."""
     mode: str
     trace: Trace | None
     load: FluidLoad | None
@@ -186,7 +196,8 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         assert trace is not None
         load = fluid_load_from_trace(trace, prefix_hit=options.prefix_hit or 0.0)
     # Size the pools: the oracle's plan gives the static peak and everyone's start.
-    probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1})
+    tick_s = float(spec.controller.tick)
+    probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1}, tick_s=tick_s)
     if trace is not None:
         plan = demand_plan(trace, probe.prefill.profile, probe.decode.profile,
                            probe.slo_ttft_s, probe.slo_itl_s,
@@ -200,15 +211,16 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         lead = int(max(probe.prefill.cold_start_s, probe.decode.cold_start_s)) + 60
         initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
                    Role.DECODE: int(plan.decode[:lead].max())}
-    setup = _setup(service, options, initial)
-    policy = _policy(options.policy, setup, plan, spec.controller)
+    setup = _setup(service, options, initial, tick_s=tick_s)
+    # The simulated service alone: the controller's cross-pool constraints (P:D ratio
+    # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
+    # cluster running this one service.
+    one = spec.model_copy(update={"services": (service,)})
+    forecasts = None
     if options.policy == "pdscale":
-        # The controller's cross-pool constraints (P:D ratio bounds, GPU budget), as in a
-        # cluster; the budget counts this service's pools only.
-        from controller import ConstrainedPolicy, Constraints
-
-        one = spec.model_copy(update={"services": (service,)})
-        policy = ConstrainedPolicy(policy, Constraints.from_spec(one))
+        policy, forecasts = _pdscale(setup, one)
+    else:
+        policy = _policy(options.policy, setup, plan)
     capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
     meta: dict[str, Any] = {
         "service": service.name,
@@ -226,21 +238,29 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     }
     if trace is not None and trace.notes:
         meta["trace_notes"] = list(trace.notes)
-    return Prepared(setup, policy, mode, trace, load, meta)
+    return Prepared(setup, policy, one, forecasts, mode, trace, load, meta)
 
 
-def simulate(spec: Spec, options: SimOptions, *,
-             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
-    """Run one simulation; returns the result and a description of what was run."""
-    prepared = prepare(spec, options)
+def world_for(prepared: Prepared, options: SimOptions) -> World:
+    """The prepared run's world: event or fluid mode."""
     if prepared.mode == "event":
         assert prepared.trace is not None
-        result = run_event(prepared.setup, prepared.trace, prepared.policy,
-                           observation_delay_s=options.observation_delay_s, progress=progress)
-    else:
-        assert prepared.load is not None
-        result = run_fluid(prepared.setup, prepared.load, prepared.policy,
-                           observation_delay_s=options.observation_delay_s, progress=progress)
+        return EventWorld(prepared.setup, prepared.trace,
+                          observation_delay_s=options.observation_delay_s)
+    assert prepared.load is not None
+    return FluidWorld(prepared.setup, prepared.load,
+                      observation_delay_s=options.observation_delay_s)
+
+
+def simulate(spec: Spec, options: SimOptions, *, policy: Policy | None = None,
+             progress: Callable[[float], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Run one simulation (the production reconcile loop over the simulated service); returns
+    the result and a description of what was run. ``policy`` replaces the one
+    ``options.policy`` names (a baseline at other settings)."""
+    prepared = prepare(spec, options)
+    result = run_world(world_for(prepared, options), policy or prepared.policy,
+                       spec=prepared.spec, progress=progress,
+                       forecasts=prepared.forecasts if policy is None else None)
     result.summary.update(prepared.meta)
     return result, prepared.meta
 

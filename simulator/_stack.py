@@ -36,9 +36,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from controller._interface import PoolKey
-from controller._process import (
+from controller import (
+    Clock,
+    PoolKey,
     ProcessActuator,
+    SystemClock,
     WorkerTemplate,
     free_loopback_port,
     process_start_ticks,
@@ -47,7 +49,6 @@ from controller._process import (
     stop_recorded,
     targets_file_name,
 )
-from controller._reconciler import Clock, SystemClock
 from pdscale.spec import Engine, Role, ServiceSpec
 from simulator._tinymodel import build_tiny_model
 

@@ -41,7 +41,7 @@ nothing provides. Where the pool's series come from:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from string import Template
@@ -54,6 +54,8 @@ __all__ = [
     "KNOWN_METRICS",
     "OPTIONAL_METRICS",
     "POOL_LABELS",
+    "RATE_WINDOW",
+    "RATE_WINDOW_S",
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
@@ -61,6 +63,7 @@ __all__ = [
     "Signal",
     "SignalDef",
     "UnknownSignal",
+    "derive_signals",
     "engine_signals",
     "le_matcher",
     "metric_names_in",
@@ -76,6 +79,13 @@ __all__ = [
 
 POOL_LABELS = ("pdscale_service", "pdscale_pool")
 """Labels that the recording rules (and pdscale's own metrics) put on every pool series."""
+
+RATE_WINDOW = "5m"
+"""Window of every rate and latency percentile the recording rules record (the ``rate5m`` in
+their names). The controller reads those series; the simulator computes its signals over the
+same window, so a policy sees the same smoothing in both worlds."""
+RATE_WINDOW_S = 300.0
+""":data:`RATE_WINDOW` in seconds."""
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 """Windows of the SLO error-ratio recording rules used by the multi-window burn-rate alerts."""
@@ -128,9 +138,12 @@ class Signal(StrEnum):
     DATA_STALENESS_S = "data_staleness_s"
     GPUS_ALLOCATED = "gpus_allocated"
     GPU_BUDGET = "gpu_budget"
+    # Derived from recorded signals by the reader's caller (:func:`derive_signals`).
+    MEAN_PROMPT_TOKENS = "mean_prompt_tokens"
+    MEAN_OUTPUT_TOKENS = "mean_output_tokens"
 
 
-Scope = Literal["pool", "gpu", "control"]
+Scope = Literal["pool", "gpu", "control", "derived"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,12 @@ _DEFS: tuple[SignalDef, ...] = (
        "GPUs held by the pool's replicas", scope="control"),
     _d(Signal.GPU_BUDGET, "pdscale_gpu_budget", "short",
        "GPUs the spec allows across all pools", scope="control"),
+    _d(Signal.MEAN_PROMPT_TOKENS, "", "short",
+       "Mean prompt length over the rate window (prompt tokens/s over requests/s)",
+       scope="derived"),
+    _d(Signal.MEAN_OUTPUT_TOKENS, "", "short",
+       "Mean output length over the rate window (generated tokens/s over requests/s)",
+       scope="derived"),
 )
 _BY_SIGNAL = {d.signal: d for d in _DEFS}
 
@@ -253,6 +272,19 @@ alert reactions."""
 
 CONTROL_PLANE_METRICS = frozenset(d.series for d in _DEFS if d.scope == "control") | \
     _CONTROLLER_OWN
+
+
+def derive_signals(values: Mapping[Signal, float | None]) -> dict[Signal, float | None]:
+    """``values`` with the derived signals added: the mean prompt and output lengths over the
+    rate window (for the capacity model's attention and KV terms, and the Dynamo planner's
+    sizing). None where the request rate or the token rate is missing or zero."""
+    out = dict(values)
+    rate = values.get(Signal.REQUEST_RATE)
+    for derived, tokens in ((Signal.MEAN_PROMPT_TOKENS, Signal.PROMPT_TOKENS_PER_S),
+                            (Signal.MEAN_OUTPUT_TOKENS, Signal.GENERATION_TOKENS_PER_S)):
+        value = values.get(tokens)
+        out[derived] = value / rate if rate and rate > 0 and value else None
+    return out
 
 
 class UnknownSignal(KeyError):
@@ -553,7 +585,7 @@ def _selectors(service: ServiceSpec, role: Role) -> dict[str, str]:
 
 
 def pool_expr(signal: Signal | str, service: ServiceSpec, role: Role, *,
-              window: str = "5m") -> str:
+              window: str = RATE_WINDOW) -> str:
     """Raw PromQL for one signal of one pool, over the engine's own series."""
     table = _engine_table(service, role)
     try:
@@ -738,7 +770,7 @@ def _known_metrics() -> frozenset[str]:
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}
-    names |= {d.series for d in _DEFS} | _CONTROLLER_OWN
+    names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
     names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}
     return frozenset(names)

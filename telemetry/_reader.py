@@ -29,24 +29,28 @@ from typing import Any
 
 import requests
 
-from pdscale.spec import Role, ServiceSpec, Spec
+from pdscale.errors import GiveUp, RetryLater
+from pdscale.spec import PoolKey, Role, ServiceSpec, Spec
 from telemetry._catalog import Signal, engine_signals, pool_expr, recorded_name
 
 __all__ = ["POD_WORK_SIGNALS", "PodWork", "PrometheusAuth", "PrometheusQueryError",
-           "PrometheusReader", "PrometheusUnavailable", "SignalValue", "pod_work_query",
-           "read_pod_work"]
+           "PrometheusReader", "PrometheusUnavailable", "SignalValue", "instant_rows",
+           "pod_work_query", "read_pod_work"]
 
-PoolKey = tuple[str, Role]
 MAX_POINTS_PER_QUERY = 10_000
 _STAMP = "pdscale_sample_time"
 
 
-class PrometheusUnavailable(Exception):
+class PrometheusUnavailable(RetryLater):
     """Prometheus could not answer (connection, timeout, 5xx). Retry on the next tick."""
 
+    adapter = "prometheus"
 
-class PrometheusQueryError(Exception):
+
+class PrometheusQueryError(GiveUp):
     """Prometheus refused the query or the credentials (4xx). Retrying will not help."""
+
+    adapter = "prometheus"
 
 
 @dataclass(frozen=True)

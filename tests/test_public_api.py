@@ -12,14 +12,16 @@ PUBLIC = {
                "recording_groups", "render_template", "unit_tests"],
     "dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
     "telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "KNOWN_METRICS",
-                  "POOL_LABELS", "PrometheusAuth",
-                  "PrometheusQueryError", "PrometheusReader", "PrometheusUnavailable",
-                  "SeriesRef", "SignalValue",
-                  "SLO_OBJECTIVE_RECORD", "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "Signal",
-                  "SignalDef", "UnknownSignal", "dynamo_label_namespace", "engine_signals",
-                  "le_matcher",
-                  "metric_names_in", "pool_expr", "pool_query", "recorded_name", "series_refs",
-                  "signal_def", "slo_bucket_ref", "slo_error_ratio_expr",
+                  "POOL_LABELS", "PrometheusAuth", "PrometheusQueryError",
+                  "PrometheusReader", "PrometheusUnavailable", "RATE_WINDOW",
+                  "RATE_WINDOW_S", "SLO_OBJECTIVE_RECORD",
+                  "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "SeriesRef",
+                  "Signal", "SignalDef", "SignalValue", "UnknownSignal",
+                  "derive_signals", "dynamo_label_namespace",
+                  "engine_signals", "instant_rows", "le_matcher",
+                  "metric_names_in", "pool_expr", "pool_query",
+                  "recorded_name", "series_refs", "signal_def",
+                  "slo_bucket_ref", "slo_error_ratio_expr",
                   "slo_error_ratio_record",
                   "POD_WORK_SIGNALS", "PodWork", "pod_work_query", "read_pod_work"],
     "forecasting": ["AutoForecaster", "BacktestResult", "ExponentialSmoothing", "LastValue",
@@ -27,18 +29,40 @@ PUBLIC = {
                     "QuantileGBForecaster", "RegularSeries", "SeasonalNaive", "SeriesError",
                     "backtest", "level_shifts", "pinball", "regularize",
                     "series_from_prometheus", "series_from_requests"],
-    "controller": ["Actuator", "CapacityModel", "ColdStartTracker", "ConstrainedPolicy",
-                   "Constraints", "Detail", "InstanceProfile", "Observation", "PdscalePolicy",
-                   "Policy", "PoolDecision", "PoolKey", "PoolObservation", "PoolReplicas",
-                   "ProfileError", "apply_constraints", "build_policy", "builtin_profiles",
-                   "decode_batch_at_slo", "load_profile", "policy_settings"],
-    "simulator": ["FORMATS", "POLICIES", "DynamoPolicy", "EventSimulator", "FluidLoad",
-                  "InstanceProfile", "OraclePolicy", "PoolSetup", "ProfileError",
-                  "ReactivePolicy", "SimOptions", "SimResult", "SimSetup", "StaticPolicy",
-                  "Trace", "TraceError", "TraceStats", "builtin_profiles", "demand_plan",
-                  "fluid_load_from_servegen", "fluid_load_from_trace", "load_profile",
-                  "load_trace", "result_files", "run_event", "run_fluid", "simulate",
-                  "size_for_peak", "synthetic_trace", "trace_stats"],
+    "controller": ["Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
+                   "ColdStartTracker", "ConstrainedPolicy", "Constraints",
+                   "Controller", "DecisionRecord", "DecodePoint", "Detail",
+                   "ForecastStage", "HEADROOM", "InstanceProfile",
+                   "KubeConfigError", "Need", "NoForecast", "Observation",
+                   "ObservationSource", "Overrides", "PdscalePolicy",
+                   "Policy", "PoolDecision", "PoolForecast", "PoolHistory",
+                   "PoolKey", "PoolObservation", "PoolReplicas",
+                   "ProcessActuator", "ProfileError", "Reconciler", "Refits",
+                   "SizingInputs", "SourceResult", "Stabilised",
+                   "SystemClock", "TickReport", "WorkerTemplate",
+                   "apply_constraints", "bound", "build_forecasts",
+                   "build_policy", "builtin_profiles", "create_app",
+                   "decode_batch_limit", "decode_operating_point",
+                   "free_loopback_port", "hpa_manifests", "is_loopback",
+                   "keda_manifests", "kube_client", "load_profile",
+                   "prefill_capacity", "process_start_ticks",
+                   "reader_from_spec", "serve", "size", "spawn_process",
+                   "stabilise", "stop_pids", "stop_recorded", "sum_metric",
+                   "targets_file_name", "uncached_prefill_demand"],
+    "simulator": ["DYNAMO_VERSION", "DynamoNotInstalled", "DynamoPolicy", "DynamoStack",
+                  "EventSimulator", "EventWorld", "FORMATS", "FluidLoad",
+                  "FluidWorld", "InstanceProfile", "LiveCluster",
+                  "OraclePolicy", "POLICIES", "PoolSetup", "Prepared",
+                  "ProfileError", "ReactivePolicy", "SimClock", "SimOptions",
+                  "SimResult", "SimSetup", "StackError", "StaticPolicy",
+                  "Trace", "TraceError", "TraceStats", "World",
+                  "attach_reconciler", "builtin_profiles", "compare_policies",
+                  "comparison_files", "comparison_table", "demand_plan",
+                  "dynamo_python", "fluid_load_from_servegen",
+                  "fluid_load_from_trace", "load_profile", "load_trace",
+                  "prepare", "result_files", "run_event", "run_fluid",
+                  "run_world", "serve_live", "simulate", "size_for_peak",
+                  "stop_stack", "synthetic_trace", "trace_stats", "world_for"],
 }
 
 
@@ -70,3 +94,26 @@ def test_spec_public_names() -> None:
     for name in spec.__all__:
         assert hasattr(spec, name), name
     assert {"Spec", "SpecError", "load_spec", "parse_spec"} <= set(spec.__all__)
+
+
+def test_one_name_for_one_concept() -> None:
+    """PoolKey is defined once (pdscale.spec) and the error tree has one base; every adapter's
+    errors derive from its RetryLater/GiveUp split."""
+    import re
+    from pathlib import Path
+
+    from controller._kube import KubeRejected, KubeUnavailable
+    from controller._leader import LeaseRejected, LeaseUnavailable
+    from pdscale.errors import GiveUp, RetryLater
+    from telemetry import PrometheusQueryError, PrometheusUnavailable
+
+    root = Path(__file__).resolve().parent.parent
+    packages = ("pdscale", "telemetry", "forecasting", "controller", "alerts", "dashboards",
+                "simulator")
+    defined = [p for pkg in packages for p in (root / pkg).rglob("*.py")
+               if re.search(r"^PoolKey\s*=", p.read_text(), re.M)]
+    assert [p.relative_to(root).as_posix() for p in defined] == ["pdscale/spec.py"]
+    for retry in (PrometheusUnavailable, KubeUnavailable, LeaseUnavailable):
+        assert issubclass(retry, RetryLater)
+    for give_up in (PrometheusQueryError, KubeRejected, LeaseRejected):
+        assert issubclass(give_up, GiveUp)

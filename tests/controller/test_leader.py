@@ -106,3 +106,8 @@ def test_forbidden_says_which_rbac(cluster: tuple[ApiState, k8s.ApiClient, Clock
     a, _ = _pair(api, clock)
     assert not a.step()
     assert a.last_error is not None and "leases.coordination.k8s.io" in a.last_error
+    from controller._leader import LeaseRejected
+    from pdscale.errors import GiveUp
+
+    assert isinstance(a.failure, LeaseRejected) and isinstance(a.failure, GiveUp)
+    assert a.failure.adapter == "lease"

@@ -18,16 +18,19 @@ from controller import (
     PoolReplicas,
     load_profile,
 )
-from pdscale.spec import Role
+from pdscale.spec import ControllerSettings, Role
+from telemetry import Signal
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
 KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
 
 
-def _policy(**kw: object) -> PdscalePolicy:
+def _policy(**kw: float) -> PdscalePolicy:
+    """The policy without forecasts; ``kw``: ControllerSettings fields."""
     capacity = {KEY_P: CapacityModel(Role.PREFILL, H100, 0.5),
                 KEY_D: CapacityModel(Role.DECODE, H100, 0.05)}
-    return PdscalePolicy(capacity, {KEY_P: 60.0, KEY_D: 60.0}, forecast=False, **kw)  # type: ignore[arg-type]
+    return PdscalePolicy(ControllerSettings(**kw), capacity, {KEY_P: 60.0, KEY_D: 60.0},
+                         forecasts=None)
 
 
 def _obs(now: float, *, prompt: float | None = 20_000.0, gen: float | None = 3_000.0,
@@ -79,7 +82,7 @@ def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
 
 
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
-    policy = _policy(stabilisation_s=300.0, max_step_down=2, burst_window_s=0.0)
+    policy = _policy(stabilisation=300, max_step_down=2, burst_window=0)
     high = policy.decide(_obs(0, prompt=300_000.0))
     up = _desired(high, KEY_P)
     seen = []
@@ -93,7 +96,7 @@ def test_scale_down_waits_for_stabilisation_and_steps() -> None:
 
 
 def test_a_recent_burst_holds_capacity_for_the_burst_window_then_lets_go() -> None:
-    policy = _policy(stabilisation_s=120.0, max_step_down=8, burst_window_s=600.0)
+    policy = _policy(stabilisation=120, max_step_down=8, burst_window=600)
     up = _desired(policy.decide(_obs(0, prompt=300_000.0)), KEY_P)
     seen = {}
     for t in range(15, 1200, 15):
@@ -105,7 +108,7 @@ def test_a_recent_burst_holds_capacity_for_the_burst_window_then_lets_go() -> No
 
 
 def test_decode_is_sized_for_the_sequences_it_holds() -> None:
-    policy = _policy(burst_window_s=0.0)
+    policy = _policy(burst_window=0)
     obs = _obs(0, gen=3_000.0, ready=(2, 2))
     batch = policy.state[KEY_D].capacity.decode_batch()
     obs.pools[KEY_D].signals["running_requests"] = 3.0 * batch  # type: ignore[index]
@@ -124,7 +127,7 @@ def test_decode_is_sized_for_the_sequences_it_holds() -> None:
 
 
 def test_a_drained_decode_queue_does_not_hold_replicas_for_the_burst_window() -> None:
-    policy = _policy(stabilisation_s=120.0, max_step_down=8, burst_window_s=900.0)
+    policy = _policy(stabilisation=120, max_step_down=8, burst_window=900)
     batch = policy.state[KEY_D].capacity.decode_batch()
 
     def decode(t: float, running: float, queue: float, ready: int) -> int:
@@ -148,7 +151,7 @@ def test_a_drained_decode_queue_does_not_hold_replicas_for_the_burst_window() ->
 
 def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
     def run(decode_queue: float) -> tuple[int, tuple[str, ...], float]:
-        policy = _policy(burst_window_s=0.0)
+        policy = _policy(burst_window=0)
         for t in range(0, 300, 15):
             obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
             obs.pools[KEY_D].signals["queue_depth"] = decode_queue  # type: ignore[index]
@@ -166,7 +169,7 @@ def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
 def test_a_ttft_miss_soon_after_a_decode_backlog_is_still_decode_s() -> None:
     """The recorded TTFT p95 is over 5 minutes: once decode catches up it still carries the
     waits for decode slots, and prefill must not react to them; after the window it does."""
-    policy = _policy(burst_window_s=0.0)
+    policy = _policy(burst_window=0)
     for t in range(0, 120, 15):  # decode backlogged, TTFT high
         obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
         obs.pools[KEY_D].signals["queue_depth"] = 500.0  # type: ignore[index]
@@ -186,7 +189,7 @@ def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -
         for t in range(0, 600, 15):
             obs = _obs(t)
             obs.pools[KEY_D if where == "decode" else KEY_P].signals[  # type: ignore[index]
-                "mean_input_tokens_interval"] = 200.0
+                Signal.MEAN_PROMPT_TOKENS] = 200.0
             policy.decide(obs)
         return policy.state[KEY_D].capacity.per_replica()
 

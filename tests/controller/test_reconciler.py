@@ -10,11 +10,11 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from controller import build_policy
+from controller import ForecastStage, build_forecasts, build_policy
 from controller._constraints import Constraints
 from controller._reconciler import Reconciler
 from pdscale.spec import Role, Spec, parse_spec
-from telemetry import ControllerTelemetry
+from telemetry import ControllerTelemetry, Signal
 from tests.controller.memory_cluster import ManualClock, MemoryCluster
 
 SPEC = """
@@ -54,10 +54,12 @@ def _reconciler(spec: Spec, *, leader: bool = True, mode: str = "act", dry_run: 
     cluster = MemoryCluster(spec, clock)
     processors = (SimpleSpanProcessor(exporter),) if exporter is not None else ()
     telemetry = ControllerTelemetry(spec, span_processors=processors)
-    rec = Reconciler(build_policy(spec, refit_inline=False), cluster, cluster, clock,
+    forecasts = build_forecasts(spec)
+    rec = Reconciler(build_policy(spec, forecasts=forecasts), cluster, cluster, clock,
                      constraints=Constraints.from_spec(spec), telemetry=telemetry,
                      tick_s=15, mode=mode,  # type: ignore[arg-type]
-                     dry_run=dry_run, is_leader=lambda: leader, refit_in_background=True)
+                     dry_run=dry_run, is_leader=lambda: leader, forecasts=forecasts,
+                     refit_in_background=True)
     return rec, cluster, clock
 
 
@@ -171,19 +173,24 @@ def test_holds_expire_by_themselves() -> None:
 def test_refits_run_off_the_tick_path() -> None:
     spec = _spec()
     rec, cluster, clock = _reconciler(spec)
-    policy = rec.policy
-    assert hasattr(policy, "warm")
+    forecasts = rec.forecasts
+    assert isinstance(forecasts, ForecastStage)
     times = [clock.t - 7200 + 60 * i for i in range(120)]
-    policy.warm(P, times, [100_000.0 + 1000 * (i % 10) for i in range(120)])  # type: ignore[attr-defined]
+    forecasts.warm(P, times, [100_000.0 + 1000 * (i % 10) for i in range(120)])
     _load(cluster, 100_000, 10_000)
-    rec.tick()
+    report = rec.tick()
+    assert report.decisions[P].forecast is None  # not fitted yet: sized on the demand
     # The tick scheduled the refit on the worker and did not fit inline.
     assert P in rec._refits
     rec.wait_for_refits()
-    assert policy.state[P].forecaster.fitted is not None  # type: ignore[attr-defined]
+    assert forecasts.forecasters[P].fitted is not None
     clock.t += 15
     report = rec.tick()
     assert report.decisions[P].detail["forecast"] is not None
+    # The decision carries the forecast it used, typed: what /v1/forecast shows.
+    used = report.decisions[P].forecast
+    assert used is not None and used.sized_value == report.decisions[P].detail["forecast"]
+    assert used.horizons_s[0] == 60.0 and used.trained_horizons_s == (60.0, 600.0)
     rec.close()
 
 
@@ -238,17 +245,18 @@ def test_the_controller_exports_every_series_its_dashboards_and_alerts_read() ->
 
     spec = _spec("gpu_budget: 40\n")
     rec, cluster, clock = _reconciler(spec)
-    policy = rec.policy
+    forecasts = rec.forecasts
+    assert isinstance(forecasts, ForecastStage)
     times = [clock.t - 7200 + 60 * i for i in range(120)]
     for key in cluster.pools:
-        policy.warm(key, times, [50_000.0 + 500 * (i % 7) for i in range(120)])  # type: ignore[attr-defined]
-        policy.refit(key, clock.t)  # type: ignore[attr-defined]
+        forecasts.warm(key, times, [50_000.0 + 500 * (i % 7) for i in range(120)])
+        forecasts.refit(key, clock.t)
     _load(cluster, 100_000, 20_000)
     original = cluster.observe
 
     def with_ages(now_s: float):  # type: ignore[no-untyped-def]
         result = original(now_s)
-        result.staleness = {k: {"prompt_tokens_per_s": 12.0} for k in cluster.pools}
+        result.staleness = {k: {Signal.PROMPT_TOKENS_PER_S: 12.0} for k in cluster.pools}
         return result
 
     cluster.observe = with_ages  # type: ignore[method-assign]

@@ -164,3 +164,35 @@ def test_generate_recommend(tmp_path: Path) -> None:
         "llama-chat-prefill", "llama-chat-decode", "llama-batch-p", "llama-batch-d"))
     assert "http://prom:9090" in (out / "keda" / keda[0]).read_text()
     assert len(list((out / "hpa").iterdir())) == 4
+
+
+def test_the_local_stack_is_rendered_by_a_pure_function(tmp_path: Path) -> None:
+    """pdscale up's configuration: the same inputs give the same stack, nothing is written,
+    and every process points at the others' loopback ports."""
+    from pdscale._cli.up import local_spec, local_stack
+    from pdscale.spec import load_spec, parse_spec
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    ports = {"simulator": 1001, "prometheus": 1002, "alertmanager": 1003, "controller": 1004}
+    urls = {k: f"http://127.0.0.1:{v}" for k, v in ports.items()}
+    raw = local_spec(spec, urls=urls, speed=10.0)
+    assert len(raw["services"]) == 1 and raw["controller"]["tick"] == 2
+    assert raw["controller"]["leader_election"]["enabled"] is False
+    import yaml
+
+    local = parse_spec(yaml.safe_dump(raw))
+
+    def render() -> object:
+        return local_stack(spec, local, ports=ports, folder=tmp_path, rule_files=["r.yml"],
+                           binaries={"prometheus": "/bin/prom", "alertmanager": "/bin/am"},
+                           python="py", speed=10.0, duration_s=600.0, scale=1.0)
+
+    stack = render()
+    assert stack == render() and list(tmp_path.iterdir()) == []
+    assert [name for name, _, _ in stack.commands] == ["simulator", "prometheus",  # type: ignore[attr-defined]
+                                                       "alertmanager", "controller"]
+    targets = [c["static_configs"][0]["targets"][0]
+               for c in stack.prometheus["scrape_configs"]]  # type: ignore[attr-defined]
+    assert targets == ["127.0.0.1:1001", "127.0.0.1:1004"]
+    controller = dict((n, a) for n, a, _ in stack.commands)["controller"]  # type: ignore[attr-defined]
+    assert "http://127.0.0.1:1001" in controller and "127.0.0.1:1004" in controller

@@ -40,17 +40,85 @@ def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
 
 
 def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> None:
+    from controller import PdscalePolicy
     from pdscale.spec import load_spec
     from simulator import SimOptions
     from simulator._simulate import prepare
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     tuned = spec.model_copy(update={"controller": spec.controller.model_copy(update={
-        "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5})})
-    for which, expect in ((spec, (0.9, 300.0, 900.0, 2)), (tuned, (0.8, 120.0, 0.0, 5))):
+        "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5,
+        "tick": 10})})
+    for which, expect in ((spec, (0.9, 300.0, 900.0, 2, 15.0)),
+                          (tuned, (0.8, 120.0, 0.0, 5, 10.0))):
         prepared = prepare(which, SimOptions(policy="pdscale", duration_s=600.0))
-        policy = prepared.policy.inner  # type: ignore[attr-defined]
-        assert (policy.quantile, policy.stabilisation_s, policy.burst_window_s,
-                policy.max_step_down) == expect
-        forecaster = next(iter(policy.state.values())).forecaster
+        policy = prepared.policy
+        assert isinstance(policy, PdscalePolicy)
+        c = policy.settings
+        assert (c.scale_up_quantile, c.stabilisation, c.burst_window, c.max_step_down,
+                policy.tick_s) == expect
+        assert prepared.setup.tick_s == expect[4]  # the world ticks with the controller
+        assert prepared.forecasts is policy.forecasts is not None  # the loop refits them
+        forecaster = next(iter(prepared.forecasts.forecasters.values()))
         assert forecaster.model.quantiles == (0.5, expect[0])
+        # The constraints and telemetry are the simulated service's alone.
+        assert [s.name for s in prepared.spec.services] == [spec.services[0].name]
+
+
+def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constraints() -> None:
+    """A GPU budget in the spec caps every policy in the simulator as in a cluster, and each
+    decision is the reconciler's (its cause recorded)."""
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    options = SimOptions(policy="reactive", duration_s=1800.0, scale=3.0, cold_start_s=30.0)
+    free, _ = simulate(spec, options)
+
+    def most_gpus(result: object) -> float:
+        rows = result.timeseries  # type: ignore[attr-defined]
+        return max(r["prefill_desired"] + r["decode_desired"] for r in rows)
+
+    assert most_gpus(free) > 4
+    assert {d["cause"] for d in free.decisions} <= {"steady", "scale_down", "forecast",
+                                                     "reactive", "bound"}
+    capped, _ = simulate(spec.model_copy(update={"gpu_budget": 4}), options)
+    assert most_gpus(capped) <= 4
+    assert capped.summary["slo_attainment"] < free.summary["slo_attainment"]
+
+
+def test_a_simulated_run_is_deterministic_refits_included() -> None:
+    """Refits run in the reconciler's foreground on the simulated clock: the same run twice
+    gives the same decisions, forecasts included."""
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    options = SimOptions(policy="pdscale", mode="fluid", duration_s=3 * 3600.0, scale=2.0)
+    runs = [simulate(spec, options)[0] for _ in range(2)]
+    assert runs[0].decisions == runs[1].decisions
+    forecasts = [r for d in runs[0].decisions for r in d["reasons"] if "forecast q0.9" in r]
+    assert forecasts, "the forecaster was fitted and used within the run"
+    for key in ("slo_attainment", "gpu_hours", "scale_actions"):
+        assert runs[0].summary[key] == runs[1].summary[key]
+
+
+def test_a_failing_policy_stops_the_simulation_loudly() -> None:
+    """The reconciler isolates failures in a cluster; in a simulation an error is a bug, so
+    the run stops and says what failed."""
+    import pytest
+
+    from controller import Observation, PoolDecision, PoolKey
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+    from simulator._world import SimulationError
+
+    class Broken:
+        name = "broken"
+
+        def decide(self, observation: Observation) -> dict[PoolKey, PoolDecision]:
+            raise ZeroDivisionError("bad arithmetic")
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    with pytest.raises(SimulationError, match="policy error: ZeroDivisionError: bad arithmetic"):
+        simulate(spec, SimOptions(duration_s=300.0), policy=Broken())

@@ -12,6 +12,7 @@ from controller import Observation, PoolDecision, PoolKey
 from pdscale.spec import Role
 from simulator import EventSimulator, PoolSetup, SimSetup, Trace, load_profile, run_event
 from simulator._policies import StaticPolicy
+from telemetry import RATE_WINDOW_S, Signal
 from tests.conftest import SHARED
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
@@ -121,9 +122,35 @@ def test_observations_are_delayed_like_prometheus() -> None:
     for obs in policy.seen:
         pool = obs.pools[("svc", Role.PREFILL)]
         assert pool.data_time_s == max(0.0, obs.now_s - 30)
-    rates = {o.now_s: o.pools[("svc", Role.PREFILL)].signals["request_rate"] for o in policy.seen}
+    rates = {o.now_s: o.pools[("svc", Role.PREFILL)].signals[Signal.REQUEST_RATE]
+             for o in policy.seen}
     # The burst starting at 100 s shows in the data 30 s later.
-    assert rates[120.0] < 5 < rates[150.0]
+    assert rates[120.0] < 1 < rates[150.0]
+
+
+def test_rates_are_over_the_recording_rules_window() -> None:
+    """A rate the controller reads is the count over the last RATE_WINDOW_S seconds (what
+    Prometheus' rate5m over the engines' counters gives), not over the last tick or minute."""
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(np.concatenate([rng.uniform(0, 900, 4000), rng.uniform(400, 460, 3000)]))
+    policy = _Script({})
+    run_event(_setup(prefill=4, decode=4, tick_s=15.0), _trace(arrivals, 200, 5), policy,
+              observation_delay_s=0)
+    checked = 0
+    for obs in policy.seen:
+        t = obs.pools[("svc", Role.PREFILL)].data_time_s
+        if t < RATE_WINDOW_S or t > 900:
+            continue
+        expected = np.count_nonzero((arrivals > t - RATE_WINDOW_S) & (arrivals <= t))
+        signals = obs.pools[("svc", Role.PREFILL)].signals
+        assert signals[Signal.REQUEST_RATE] == pytest.approx(expected / RATE_WINDOW_S)
+        assert signals[Signal.MEAN_PROMPT_TOKENS] == pytest.approx(
+            signals[Signal.PROMPT_TOKENS_PER_S] / signals[Signal.REQUEST_RATE])
+        checked += 1
+    assert checked > 30
+    # The one-minute burst of 3,000 requests lifts the rate for five minutes, by 10/s.
+    burst = [o for o in policy.seen if 470 <= o.now_s <= 700]
+    assert all(o.pools[("svc", Role.PREFILL)].signals[Signal.REQUEST_RATE] > 12 for o in burst)
 
 
 def test_failure_loses_a_replica_and_its_work_is_redone() -> None:

@@ -103,3 +103,30 @@ def test_le_matcher(threshold: float, matcher: str) -> None:
         pattern = matcher.split('"')[1].replace("\\\\", "\\")
         assert re.fullmatch(pattern, f"{threshold:g}")
         assert re.fullmatch(pattern, f"{float(threshold)}")
+
+
+def test_the_rate_window_is_the_recorded_series_window() -> None:
+    """The simulator computes its signals over RATE_WINDOW_S; the recording rules must record
+    over the same window, or the benchmark measures a smoothing the controller never sees."""
+    from telemetry import RATE_WINDOW, RATE_WINDOW_S, signal_def
+
+    assert RATE_WINDOW_S == 300.0 and RATE_WINDOW == "5m"
+    windowed = [s for s in Signal if signal_def(s).scope == "pool" and "rate" in
+                signal_def(s).series]
+    assert windowed and all(signal_def(s).series.endswith(f"rate{RATE_WINDOW}")
+                            for s in windowed)
+    from pdscale.spec import load_spec
+    from tests.conftest import ROOT
+
+    svc = load_spec(ROOT / "examples" / "vllm.yaml").services[0]
+    assert f"[{RATE_WINDOW}]" in pool_expr(Signal.PROMPT_TOKENS_PER_S, svc, Role.PREFILL)
+
+
+def test_derived_signals_divide_token_rates_by_the_request_rate() -> None:
+    from telemetry import derive_signals
+
+    out = derive_signals({Signal.REQUEST_RATE: 4.0, Signal.PROMPT_TOKENS_PER_S: 4000.0,
+                          Signal.GENERATION_TOKENS_PER_S: None})
+    assert out[Signal.MEAN_PROMPT_TOKENS] == 1000.0 and out[Signal.MEAN_OUTPUT_TOKENS] is None
+    idle = derive_signals({Signal.REQUEST_RATE: 0.0, Signal.PROMPT_TOKENS_PER_S: 0.0})
+    assert idle[Signal.MEAN_PROMPT_TOKENS] is None  # missing, not zero

@@ -160,3 +160,15 @@ def test_pod_work_is_read_per_pod_in_one_query_and_stale_pods_are_unknown() -> N
     assert work["p-0"].kv_usage == 0.25 and work["p-0"].sample_time_s == now - 3
     assert work["p-1"].running == 0 and work["p-1"].waiting is None  # NaN is not zero
     assert work["p-2"].running is None and work["p-2"].sample_time_s == now - 600
+def test_errors_belong_to_the_tree_the_reconciler_classifies_by() -> None:
+    from controller._reconciler import AdapterError
+    from pdscale.errors import GiveUp, RetryLater
+
+    assert issubclass(PrometheusUnavailable, RetryLater)
+    assert issubclass(PrometheusQueryError, GiveUp)
+    down = AdapterError.from_exception(PrometheusUnavailable("x"), None, 1.0)
+    refused = AdapterError.from_exception(PrometheusQueryError("y"), None, 1.0)
+    bug = AdapterError.from_exception(ZeroDivisionError("z"), None, 1.0, adapter="policy")
+    assert (down.adapter, down.kind) == ("prometheus", "unavailable")
+    assert (refused.adapter, refused.kind) == ("prometheus", "rejected")
+    assert (bug.adapter, bug.kind, bug.message) == ("policy", "error", "ZeroDivisionError: z")

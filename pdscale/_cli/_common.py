@@ -1,0 +1,155 @@
+"""What every command shares: exit codes, loading a spec once, argument types, progress."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pdscale.spec import Role, Spec, SpecError, SpecProblem, load_spec
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def err(message: str) -> None:
+    print(f"pdscale: error: {message}", file=sys.stderr)
+
+
+def load_checked(path: str) -> Spec | None:
+    """The spec, validated once for everything later stages need (its schema and cross-field
+    checks, then what only other packages know: each pool's performance profile)."""
+    try:
+        spec = load_spec(path)
+        problems = profile_problems(spec)
+        if problems:
+            raise SpecError(path, problems)
+        return spec
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
+
+
+def profile_problems(spec: Spec) -> list[SpecProblem]:
+    from controller import ProfileError, load_profile
+
+    problems = []
+    for i, service in enumerate(spec.services):
+        for role, pool in service.pools.items():
+            try:
+                load_profile(pool.profile)
+            except ProfileError as exc:
+                problems.append(SpecProblem(
+                    f"services[{i}].pools.{role.value}.profile",
+                    "a shipped profile name or the path of a profile YAML file",
+                    f"unknown profile {pool.profile!r}", str(exc).split(": ", 1)[-1]))
+    return problems
+
+
+class Progress:
+    """A progress bar on stderr for work that takes more than a couple of seconds."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.perf_counter()
+        self.shown = False
+        self.last = -1
+
+    def __call__(self, fraction: float) -> None:
+        if time.perf_counter() - self.started < 2.0:
+            return
+        percent = int(fraction * 100)
+        if percent == self.last:
+            return
+        self.last = percent
+        bar = "#" * (percent // 4) + "." * (25 - percent // 4)
+        end = "\r" if sys.stderr.isatty() else "\n"
+        if sys.stderr.isatty() or percent % 10 == 0:
+            print(f"{self.label} [{bar}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
+            self.shown = True
+
+    def close(self) -> None:
+        if self.shown and sys.stderr.isatty():
+            print(file=sys.stderr)
+
+
+def parse_failure(text: str) -> tuple[float, Role]:
+    try:
+        when, role = text.split(":")
+        return float(when), Role(role)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected SECONDS:prefill or SECONDS:decode, got {text!r}") from None
+
+
+def out_ok(out: str) -> bool:
+    """Check ``--out`` before the work that fills it (a simulation can take minutes)."""
+    from pdscale._io import OutputError, check_target
+
+    try:
+        check_target(Path(out))
+    except OutputError as exc:
+        err(f"{exc}. Nothing was run.")
+        return False
+    return True
+
+
+def fmt_s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT such as 0.0.0.0:8080 or "
+                                         f":8080, got {text!r}")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def number(kind: str) -> Callable[[str], float]:
+    """An argparse type for a finite number that is ``positive`` (> 0), ``non-negative``
+    (>= 0) or a ``fraction`` (0 <= x < 1): out of range exits 2 with one line that says so."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = math.isfinite(value) and (
+            value > 0 if kind == "positive" else value >= 0 if kind == "non-negative"
+            else 0 <= value < 1)
+        if not ok:
+            want = {"positive": "a number > 0", "non-negative": "a number >= 0",
+                    "fraction": "a fraction from 0 up to (not including) 1"}[kind]
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text}")
+        return value
+
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE, NON_NEGATIVE, FRACTION = (number(k) for k in ("positive", "non-negative",
+                                                          "fraction"))
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text}")
+    return value
+
+
+PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def prom_window(text: str) -> str:
+    if not PROM_DURATION.match(text) or not any(ch in "123456789" for ch in text):
+        raise argparse.ArgumentTypeError(
+            f"expected a Prometheus duration such as 30s, 5m or 1h30m, got {text!r}")
+    return text

@@ -1,0 +1,170 @@
+"""``pdscale simulate``: replay a trace through the simulated pools under a policy (the
+production reconcile loop on a simulated clock), or serve it live."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from pdscale._cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    Progress,
+    err,
+    fmt_s,
+    load_checked,
+    out_ok,
+    parse_failure,
+    seed,
+)
+from pdscale.spec import Spec
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from pdscale._io import OutputError, write_tree
+    from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
+
+    spec = load_checked(args.spec)
+    if spec is None:
+        return EXIT_BAD_INPUT
+    if not out_ok(args.out):
+        return EXIT_BAD_INPUT
+    options = SimOptions(trace=args.trace, fmt=args.format, policy=args.policy, mode=args.mode,
+                         cold_start_s=args.cold_start, seed=args.seed, scale=args.scale,
+                         service=args.service, router=args.router, start_s=args.start,
+                         duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
+                         failures=tuple(args.fail or ()),
+                         prefix_hit=args.prefix_hit)
+    if args.live:
+        return _run_live(spec, options, args)
+    progress = Progress(f"simulating {args.policy}")
+    try:
+        result, meta = simulate(spec, options, progress=progress)
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        progress.close()
+        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    progress.close()
+    try:
+        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
+    except OutputError as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    s = result.summary
+    print(f"{meta['policy']} on {meta['trace']} ({meta['mode']} mode, service "
+          f"{meta['service']}): {s['requests']:,} requests in {s['wall_s']:.1f}s")
+    print(f"  SLO attainment {s['slo_attainment']:.2%} (TTFT {s['ttft_attainment']:.2%}, "
+          f"ITL {s['itl_attainment']:.2%}); TTFT p95 {fmt_s(s['ttft_p95_s'])}, "
+          f"ITL p95 {fmt_s(s['itl_p95_s'])}")
+    pools = s["pools"]
+    print(f"  GPU-hours {s['gpu_hours']:.2f} (prefill {pools['prefill']['gpu_hours']:.2f}, "
+          f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
+    print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
+          + ("" if args.no_plots else ", plots/"))
+    return EXIT_OK
+
+
+def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pdscale._io import OutputError, write_tree
+    from simulator import (
+        EventWorld,
+        LiveCluster,
+        ProfileError,
+        SimOptions,
+        TraceError,
+        attach_reconciler,
+        prepare,
+        result_files,
+        serve_live,
+    )
+
+    assert isinstance(options, SimOptions)
+    try:
+        prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    assert prepared.trace is not None
+    service = spec.service(prepared.setup.service)
+    world = EventWorld(prepared.setup, prepared.trace,
+                       observation_delay_s=options.observation_delay_s)
+    attach_reconciler(world, prepared.policy, spec=prepared.spec,
+                      forecasts=prepared.forecasts)
+    sim = world.sim
+    try:
+        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
+    except ValueError as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def announce(port: int) -> None:
+        print(f"live: http://127.0.0.1:{port}/metrics  POST /scale  GET /status "
+              f"(x{args.speed:g} real time, {len(prepared.trace or [])} requests)", flush=True)
+
+    started = time.perf_counter()
+    serve_live(cluster, host=args.host, port=args.port, stop=stop, on_port=announce)
+    result = world.result(time.perf_counter() - started)
+    result.summary.update(prepared.meta)
+    result.summary["mode"] = "live"
+    try:
+        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
+    except OutputError as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    print(f"live run ended at {sim.now:.0f} simulated seconds; wrote {args.out}")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add this module's command(s) to the ``pdscale`` parser."""
+    p = sub.add_parser("simulate", help="replay a trace through simulated P/D pools",
+                       description="Replay a trace through the service's prefill and decode "
+                                   "pools (profiles and SLOs from the spec) under a scaling "
+                                   "policy; writes summary.json, timeseries.csv, "
+                                   "decisions.json and plots/ into --out.")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--trace", default="synthetic", help="trace file or 'synthetic' (default)")
+    p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
+                                        "synthetic"])
+    p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",
+                                                          "oracle", "pdscale"],
+                   help="static: sized for the peak; reactive: HPA semantics; dynamo: Dynamo's "
+                   "planner as published; oracle: knows the future; pdscale: the controller's "
+                   "policy with the spec's controller settings (default: static)")
+    p.add_argument("--mode", default="auto", choices=["event", "fluid", "auto"],
+                   help="event: per request; fluid: aggregates (multi-day); auto: event up "
+                        "to 6 h and 3M requests")
+    p.add_argument("--cold-start", type=NON_NEGATIVE, help="seconds; overrides the spec's pools")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--scale", type=POSITIVE, default=1.0)
+    p.add_argument("--service", help="service of the spec (default: the first)")
+    p.add_argument("--router", default="least_loaded", choices=["least_loaded", "prefix"])
+    p.add_argument("--start", type=NON_NEGATIVE, default=0.0, help="seconds into the trace")
+    p.add_argument("--duration", type=POSITIVE, help="seconds of the trace to replay")
+    p.add_argument("--prefix-hit", type=FRACTION, help="fluid mode: assumed prefix hit rate")
+    p.add_argument("--fail", action="append", type=parse_failure, metavar="SECONDS:ROLE",
+                   help="lose a replica of ROLE at SECONDS (repeatable)")
+    p.add_argument("--skip-bad-rows", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--live", action="store_true",
+                   help="run in scaled real time, serving /metrics (the spec's engine and DCGM, "
+                        "as their releases export them) "
+                        "and POST /scale until the trace ends or Ctrl-C")
+    p.add_argument("--speed", type=POSITIVE, default=1.0,
+                   help="live mode: simulated seconds per wall second (default 1)")
+    p.add_argument("--host", default="127.0.0.1", help="live mode: listen address")
+    p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_cmd_simulate)

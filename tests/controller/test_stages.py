@@ -1,0 +1,168 @@
+"""The policy's stages, each on its own: sizing (pure), stabilisation and bounds (pure, history
+in and out), and the forecast stage (forecasters, refits, typed forecasts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from controller import (
+    Cause,
+    ForecastStage,
+    NoForecast,
+    PoolForecast,
+    PoolHistory,
+    PoolReplicas,
+    SizingInputs,
+    bound,
+    size,
+    stabilise,
+)
+from pdscale.spec import ControllerSettings, Role
+
+KEY = ("svc", Role.PREFILL)
+BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_note="off",
+                    per_replica=10_000.0, decode_batch=64, running=None, queue=0.0,
+                    latency_s=0.2, slo_s=0.5, backlogged=False, per_request_tokens=1500.0,
+                    ready=3, max_replicas=40, recent_peak=0.0, burst_window_s=900.0,
+                    drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0)
+
+
+# -- sizing -----------------------------------------------------------------------------------
+
+
+def test_sizing_covers_the_higher_of_demand_and_forecast() -> None:
+    assert size(BASE).need == 3
+    assert size(replace(BASE, forecast=45_000.0)).need == 5
+    assert size(replace(BASE, forecast=10_000.0)).need == 3  # demand now still counts
+    low = size(replace(BASE, forecast=45_000.0))
+    assert low.load == 45_000.0 and low.reactive == 0 and low.replicas == 5
+    assert "= 4.5e+04/s" in low.reasons[0]
+
+
+def test_the_burst_floor_holds_the_recent_peak_but_not_when_off() -> None:
+    assert size(replace(BASE, recent_peak=80_000.0)).need == 8
+    assert size(replace(BASE, recent_peak=80_000.0, burst_window_s=0.0)).need == 3
+    # What is remembered is the load, not the floor: the floor decays as the window moves.
+    assert size(replace(BASE, recent_peak=80_000.0)).load == 30_000.0
+
+
+def test_decode_counts_running_and_waiting_sequences() -> None:
+    decode = replace(BASE, role=Role.DECODE, demand=1_000.0, running=128.0, queue=64.0,
+                     decode_batch=64, per_replica=5_000.0)
+    got = size(decode)
+    assert got.detail["sequences"] == 192.0 and got.need == 3
+    flood = size(replace(decode, queue=10_000.0))  # counted up to what runs, no more
+    assert flood.detail["sequences"] == 256.0 and flood.need == 4
+
+
+def test_the_reactive_path_drains_the_backlog_within_drain_time() -> None:
+    miss = size(replace(BASE, latency_s=2.0, queue=800.0))
+    # 800 prompts x 1,500 tokens = 1.2 M tokens at 10,000/s a replica within 60 s: +2.
+    assert miss.reactive == 3 + 2 and miss.replicas == 5
+    assert any(r.startswith("reactive: ttft_p95_s 2s") for r in miss.reasons)
+    assert size(replace(BASE, latency_s=0.6)).reactive == 4  # over the SLO: one more at least
+    assert size(replace(BASE, latency_s=None)).reactive == 0  # blamed elsewhere, or missing
+
+
+# -- stabilisation and bounds -----------------------------------------------------------------
+
+
+def _need(replicas: int, reactive: int = 0) -> object:
+    return replace(size(BASE), replicas=replicas, need=replicas if not reactive else 1,
+                   reactive=reactive)
+
+
+def test_scale_up_is_immediate_and_says_why() -> None:
+    up = stabilise(_need(6), PoolHistory(), now_s=0.0, current=3, max_replicas=40,  # type: ignore[arg-type]
+                   stabilisation_s=300.0, max_step_down=2)
+    assert (up.desired, up.cause, up.asked) == (6, Cause.FORECAST, 6)
+    hot = stabilise(_need(6, reactive=6), PoolHistory(), now_s=0.0, current=3,  # type: ignore[arg-type]
+                    max_replicas=5, stabilisation_s=300.0, max_step_down=2)
+    assert (hot.cause, hot.asked) == (Cause.REACTIVE, 5)  # the tracker waits for what can come
+
+
+def test_scale_down_waits_the_window_then_steps() -> None:
+    history = PoolHistory()
+    current, seen = 10, []
+    for t in range(0, 600, 15):
+        out = stabilise(_need(2), history, now_s=float(t), current=current,  # type: ignore[arg-type]
+                        max_replicas=40, stabilisation_s=300.0, max_step_down=3)
+        history, current = out.history, out.desired
+        seen.append((t, out.desired, out.cause))
+    assert all(d == 10 and c is Cause.STEADY for t, d, c in seen if t < 300)
+    assert [d for t, d, _ in seen if 300 <= t <= 345] == [7, 4, 2, 2]
+    assert len(history.needs) == 21  # only the window is kept
+    assert history.first_seen_s == 0.0
+
+
+def test_a_high_need_in_the_window_holds_the_pool() -> None:
+    history = PoolHistory(needs=((100.0, 8),), first_seen_s=0.0)
+    out = stabilise(_need(2), history, now_s=390.0, current=10, max_replicas=40,  # type: ignore[arg-type]
+                    stabilisation_s=300.0, max_step_down=5)
+    assert out.desired == 8 and out.cause is Cause.SCALE_DOWN and out.cancelled_above == 8
+
+
+def test_the_history_is_immutable_and_the_burst_window_slides() -> None:
+    h = PoolHistory()
+    h1 = h.remember_load(0.0, 50.0, 60.0)
+    h2 = h1.remember_load(90.0, 10.0, 60.0)
+    assert h.loads == () and h1.loads == ((0.0, 50.0),)
+    assert h1.recent_peak(30.0, 60.0) == 50.0 and h2.recent_peak(90.0, 60.0) == 10.0
+    assert h1.remember_load(5.0, 1.0, 0.0) is h1  # window off: nothing kept
+
+
+@pytest.mark.parametrize(("desired", "expected"), [(0, (1, "min")), (5, (5, None)),
+                                                    (99, (20, "max"))],
+                         ids=["below", "within", "above"])
+def test_bounds(desired: int, expected: tuple[int, str | None]) -> None:
+    replicas = PoolReplicas(ready=3, starting=0, draining=0, desired=3, min_replicas=1,
+                            max_replicas=20)
+    assert bound(desired, replicas) == expected
+
+
+# -- the forecast stage -----------------------------------------------------------------------
+
+
+def _stage(**kw: float) -> ForecastStage:
+    return ForecastStage({KEY: 75.0}, ControllerSettings(scale_up_quantile=0.9), **kw)
+
+
+def _feed(stage: ForecastStage, minutes: int, start: float = 0.0) -> None:
+    for i in range(minutes * 4):  # a tick every 15 s
+        t = start + 15.0 * i
+        stage.observe(KEY, t, 10_000.0 + 2_000.0 * math.sin(t / 3600))
+
+
+def test_no_forecast_until_there_is_history_and_a_fit() -> None:
+    stage = _stage()
+    _feed(stage, 30)
+    got = stage.forecast(KEY, 1800.0, 75.0)
+    assert isinstance(got, NoForecast) and "history too short" in got.reason
+    assert stage.pending_refits(1800.0) == []
+    _feed(stage, 60, start=1800.0)
+    got = stage.forecast(KEY, 5400.0, 75.0)
+    assert isinstance(got, NoForecast) and "first fit" in got.reason
+    assert stage.pending_refits(5400.0) == [KEY]
+
+
+def test_a_fitted_stage_returns_a_typed_forecast_and_reuses_it() -> None:
+    stage = _stage()
+    _feed(stage, 120)
+    stage.refit(KEY, 7200.0)
+    got = stage.forecast(KEY, 7200.0, 150.0)
+    assert isinstance(got, PoolForecast)
+    assert got.horizons_s == (60.0, 120.0, 180.0) and set(got.quantiles) == {0.5, 0.9}
+    assert got.sized_quantile == 0.9 and got.trained_horizons_s == (60.0, 600.0)
+    assert got.sized_value == max(got.quantiles[0.9])
+    assert all(np.isfinite(v) for q in got.quantiles.values() for v in q)
+    assert stage.forecast(KEY, 7215.0, 150.0) is got  # cached until the worker refreshes
+    assert stage.stale_forecasts(7215.0, within_s=15.0) == []
+    assert stage.stale_forecasts(7310.0, within_s=15.0) == [KEY]  # forecast_every_s passed
+    stage.refresh_forecast(KEY, 7320.0)
+    fresh = stage.forecast(KEY, 7320.0, 150.0)
+    assert isinstance(fresh, PoolForecast) and fresh.at_s == 7320.0
+    assert fresh.as_dict()["quantiles"]["0.9"] == list(fresh.quantiles[0.9])
