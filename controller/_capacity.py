@@ -8,10 +8,16 @@ time stays within the ITL SLO (with headroom) and whose KV cache fits, so its ca
 B / step(B) tokens per second. The arithmetic is the performance model's
 (:mod:`controller._perf`); this module tracks the length mix and corrects it online.
 
-Online correction: when a pool misses its latency SLO at a load the model said it could carry,
-the model was optimistic; when it is well within the SLO at high load, pessimistic. The
-correction factor moves slowly towards observed / expected and is bounded, so one bad minute
-cannot swing it.
+Online correction (the standing need learned from the pool's own minutes): when a pool
+misses its latency SLO at a load the model said it could carry, the model was optimistic for
+this pool's arrivals (clumped arrivals need standing capacity the mean load does not show):
+the correction moves a quarter of the way a tick towards 0.9 of the load the miss happened at,
+so it converges within minutes and one bad minute moves it at most to just under the load it
+was seen at. When a pool is well within the SLO at or above the planned load, the model was
+pessimistic (+10 %, slowly). Without misses the correction relaxes back towards 1 over hours
+(what bursts needed is kept while they recur). Only minutes whose ready replicas did not change
+over the latency window teach it: the p95 of a window that straddles a scale-up still carries
+the misses of the smaller pool. Bounded to [0.3, 1.5] of the profile.
 """
 
 from __future__ import annotations
@@ -39,10 +45,17 @@ class CapacityModel:
     mean it gives E[L^2], which sets the attention cost per token."""
     mean_output_tokens: float = 200.0
     correction: float = 1.0
-    min_correction: float = 0.5
+    min_correction: float = 0.3
     max_correction: float = 1.5
     smoothing: float = 0.1
-    history: list[float] = field(default_factory=list)
+    """Step towards a higher estimate (ample slack at high load)."""
+    learn_rate: float = 0.25
+    """Step towards a lower estimate (a miss at or under the planned load)."""
+    relax_s: float = 7200.0
+    """Time constant of the relaxation back towards 1 without misses."""
+    last_learned: str | None = None
+    """What the latest correction learned from, for the decision's reasons."""
+    _relaxed_at: float | None = field(default=None, repr=False)
     _point: tuple[tuple[float, float], DecodePoint] | None = field(default=None, repr=False)
 
     def observe_lengths(self, mean_prompt: float | None, mean_output: float | None) -> None:
@@ -76,26 +89,37 @@ class CapacityModel:
         return self.nominal_per_replica() * self.correction
 
     def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
-                        backlogged: bool = False) -> None:
-        """Correct towards what replicas actually deliver, only from informative minutes:
-        a miss at or below planned load (optimistic model), or ample slack at or above the
-        planned load (pessimistic model). Slack below the planned load says nothing: the plan
-        leaves headroom on purpose, so latency is low there whether or not the model is right
-        (correcting upwards on it made pools shrink into overload and back, in a cycle)."""
-        if demand_per_replica is None or demand_per_replica <= 0:
+                        backlogged: bool = False, steady: bool = True,
+                        now_s: float | None = None) -> None:
+        """Correct towards what replicas actually deliver, only from informative minutes of a
+        steady pool: a miss at or below planned load (optimistic model), or ample slack at or
+        above the planned load (pessimistic model). Slack below the planned load says nothing
+        about the model (the plan leaves headroom on purpose; correcting upwards on it made
+        pools shrink into overload and back, in a cycle): it only lets a lowered correction
+        relax back over hours."""
+        self.last_learned = None
+        if demand_per_replica is None or demand_per_replica <= 0 or not steady:
             return
         if latency_p95_s is None and not backlogged:
             return
         planned = self.per_replica()
         load = demand_per_replica / planned
-        target = self.correction
         missed = backlogged or (latency_p95_s is not None and latency_p95_s > self.slo_s)
         if missed and load <= 1.0:
-            target = self.correction * max(0.7, load)
+            target = self.correction * max(0.5, 0.9 * load)
+            step = self.learn_rate
+            self.last_learned = (f"missed the SLO at {load:.0%} of the planned load: capacity "
+                                 f"correction towards {target:.2f}")
         elif latency_p95_s is not None and latency_p95_s < 0.5 * self.slo_s and load >= 1.0:
-            target = self.correction * 1.1
+            target, step = self.correction * 1.1, self.smoothing
+            self.last_learned = f"ample slack at {load:.0%} of the planned load"
+        elif not missed and now_s is not None and self.correction < 1.0:
+            since = self._relaxed_at if self._relaxed_at is not None else now_s
+            self._relaxed_at = now_s
+            target, step = 1.0, 1 - math.exp(-max(0.0, now_s - since) / self.relax_s)
         else:
             return
-        self.correction += self.smoothing * (target - self.correction)
+        if now_s is not None:
+            self._relaxed_at = now_s
+        self.correction += step * (target - self.correction)
         self.correction = min(self.max_correction, max(self.min_correction, self.correction))
-        self.history.append(self.correction)

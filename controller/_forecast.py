@@ -102,6 +102,11 @@ class ForecastStage:
                     taken += 1
         return taken
 
+    def recent(self, key: PoolKey, since_s: float) -> list[tuple[float, float]]:
+        """The pool's demand history from ``since_s`` on (warmed up or observed)."""
+        fc = self.forecasters.get(key)
+        return fc.points_since(since_s) if fc is not None else []
+
     # -- forecasts --------------------------------------------------------------------------
 
     def forecast(self, key: PoolKey, now_s: float, lead_s: float) -> PoolForecast | NoForecast:

@@ -92,11 +92,21 @@ class ColdStartTracker:
 
 
 @dataclass
-@dataclass
 class PoolPolicyState:
     capacity: CapacityModel
     cold_start: ColdStartTracker
     history: PoolHistory = field(default_factory=PoolHistory)
+    ready_seen: deque[tuple[float, int]] = field(default_factory=deque)
+    """(time, ready replicas) over the latency window: was the pool steady through it?"""
+
+    def steady(self, now_s: float, ready: int, window_s: float, tick_s: float) -> bool:
+        """Whether the ready replicas stayed at ``ready`` over the whole latency window (the
+        p95 of a window that straddles a change carries the other pool size's latency)."""
+        self.ready_seen.append((now_s, ready))
+        while self.ready_seen and self.ready_seen[0][0] < now_s - window_s:
+            self.ready_seen.popleft()
+        covered = self.ready_seen[0][0] <= now_s - window_s + tick_s
+        return covered and all(n == ready for _, n in self.ready_seen)
 
 
 def _backlogged(pool: PoolObservation) -> bool:
@@ -176,9 +186,14 @@ class PdscalePolicy:
                     f"is or was backlogged (within {RATE_WINDOW_S:.0f}s): decode's miss, not "
                     "prefill's")
             latency = None  # no reaction and no learning here
-        st.capacity.observe_latency(latency_p95_s=latency,
-                                    demand_per_replica=demand / max(pool.replicas.ready, 1),
-                                    backlogged=backlogged)
+        ready = pool.replicas.ready
+        st.capacity.observe_latency(
+            latency_p95_s=latency, demand_per_replica=demand / max(ready, 1),
+            backlogged=backlogged, now_s=pool.data_time_s,
+            steady=st.steady(pool.data_time_s, ready, RATE_WINDOW_S, self.tick_s))
+        if st.capacity.last_learned is not None:
+            note = st.capacity.last_learned if note is None else \
+                f"{note}; {st.capacity.last_learned}"
         return per_replica, latency, note
 
     def _degraded(self, key: PoolKey, pool: PoolObservation) -> PoolDecision:
@@ -211,6 +226,11 @@ class PdscalePolicy:
         lead = self.lead_s(key)
         forecast, fc_note = self._forecast(key, now, lead)
         window = float(settings.burst_window)
+        if st.history.first_seen_s is None and self.forecasts is not None:
+            # A start or restart: the burst hold from the history the forecasts were warmed
+            # with, so the pool is sized for what recent bursts needed at once.
+            st.history = st.history.seeded(
+                self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
         need = size(SizingInputs(
             role=key[1], demand=demand,
@@ -221,8 +241,9 @@ class PdscalePolicy:
             slo_s=cap.slo_s, backlogged=_backlogged(pool),
             per_request_tokens=(cap.mean_prompt_tokens if key[1] is Role.PREFILL
                                 else cap.mean_output_tokens),
-            ready=r.ready, max_replicas=r.max_replicas,
-            recent_peak=st.history.recent_peak(now, window), burst_window_s=window,
+            ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,
+            hold=st.history.hold(now, window),
+            hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,
             drain_s=float(settings.drain_time), lead_s=lead,
             quantile=settings.scale_up_quantile, correction=cap.correction))
         history = st.history.remember_load(now, need.load, window)
@@ -230,11 +251,13 @@ class PdscalePolicy:
         reasons = list(need.reasons)
         if note is not None:
             reasons.append(note)
+        if ctx.decode_backlogged and latency is None and note is not None \
+                and "decode's miss" in note:
             detail["blamed_on"] = "decode"
         out = stabilise(need, history, now_s=now, current=r.active,
                         max_replicas=r.max_replicas,
                         stabilisation_s=float(settings.stabilisation),
-                        max_step_down=settings.max_step_down)
+                        max_step_down=settings.max_step_down, burst_window_s=window)
         st.history = out.history
         if out.asked is not None:
             st.cold_start.asked(now, out.asked)
@@ -260,7 +283,7 @@ def _pools(spec: Spec, cold_start_s: Mapping[PoolKey, float] | None
         for role, pool in svc.pools.items():
             key = (svc.name, role)
             slo = svc.slo.ttft_p95_s if role is Role.PREFILL else svc.slo.itl_p95_s
-            cold = float(pool.cold_start)
+            cold = pool.cold_start_p90_s
             if cold_start_s and key in cold_start_s:
                 cold = cold_start_s[key]
             out[key] = (CapacityModel(role, load_profile(pool.profile), slo), cold)

@@ -1,20 +1,24 @@
 """Sizing: a pool's demand, forecast, capacity and signals -> the replicas it needs, and why.
 
 A pure function (:func:`size`) of :class:`SizingInputs`; the policy gathers them (capacity
-from the capacity model, the forecast from the forecast stage, the recent peak from the pool's
+from the capacity model, the forecast from the forecast stage, the burst hold from the pool's
 history) and stabilises the result (:mod:`controller._stabilise`).
 
 1. The load sized for: the demand now and its forecast at the scale-up quantile over the lead,
    whichever is higher; for decode also the sequences running (bursts of long prompts with
    short outputs fill the KV cache before they fill the step).
-2. A recent-burst floor: at least the highest load of the last ``burst_window_s`` (load that
-   came in bursts recently comes again, and a one-minute forecast cannot see sub-minute
-   bursts). It remembers load, not a waiting queue, which drains within a minute.
+2. The burst hold: at least the decayed envelope of what recent bursts needed (load that came
+   in bursts recently comes again, and a one-minute forecast cannot see sub-minute bursts).
+   It remembers load, not a waiting queue, which drains within a minute.
 3. Decode also holds its waiting sequences, up to as many as run (a larger backlog is the
    reactive path's, sized by its drain time).
 4. need = ceil(sized load / capacity per replica).
-5. The reactive path: latency p95 over the SLO or a backlog adds the replicas that drain the
-   backlog within ``drain_s`` (at least one more when latency is over), not +1.
+5. The reactive path, when latency p95 is over the SLO or a queue builds: one decision for the
+   whole burst, not a replica per cold start. New replicas are ready one lead from now; until
+   then the ready ones serve and the backlog grows by the arrivals they cannot serve. The pool
+   needs the replicas that serve the arrival rate and drain that backlog within ``drain_s``
+   (replicas already starting count towards them: the ask is a total). With latency over the
+   SLO it asks for at least one more than are ready.
 """
 
 from __future__ import annotations
@@ -57,9 +61,11 @@ class SizingInputs:
     """Work a waiting request brings (prefill: prompt tokens; decode: output tokens)."""
     ready: int
     max_replicas: int
-    recent_peak: float
-    """The highest load sized for over the burst window before now (0: none, or off)."""
-    burst_window_s: float
+    starting: int
+    """Replicas asked for and not yet ready."""
+    hold: float
+    """The burst hold: the decayed load recent bursts needed (0: none, or off)."""
+    hold_half_life_s: float
     drain_s: float
     lead_s: float
     quantile: float
@@ -74,7 +80,8 @@ class Need:
     reactive: int
     """Replicas the reactive path asks for (0: it did not fire)."""
     load: float
-    """The load to remember in the burst window (demand, forecast, running sequences)."""
+    """The load to remember in the burst hold: what was sized for before the hold (demand,
+    forecast, running sequences)."""
     reasons: tuple[str, ...]
     detail: dict[str, float | str | None]
 
@@ -89,42 +96,50 @@ def _load(x: SizingInputs) -> tuple[float, float, float | None]:
     return load, seqs / x.decode_batch * x.per_replica, seqs
 
 
-def _reactive(x: SizingInputs) -> int:
-    if not ((x.latency_s is not None and x.latency_s > x.slo_s) or x.backlogged):
-        return 0
+def _reactive(x: SizingInputs) -> tuple[int, float]:
+    """(replicas the reactive path asks for, 0 when it does not fire; the backlog when new
+    replicas are ready, in demand units)."""
+    over = x.latency_s is not None and x.latency_s > x.slo_s
+    if not (over or x.backlogged):
+        return 0, 0.0
     if x.per_replica <= 0:
-        return x.max_replicas
+        return x.max_replicas, math.inf
     backlog = x.queue * x.per_request_tokens
-    reactive = x.ready + math.ceil(backlog / (x.per_replica * x.drain_s))
-    if x.latency_s is not None and x.latency_s > x.slo_s:
+    at_lead = max(backlog, backlog + (x.demand - x.ready * x.per_replica) * x.lead_s)
+    reactive = math.ceil((x.demand + at_lead / x.drain_s) / x.per_replica - 1e-9)
+    if over:
         reactive = max(reactive, x.ready + 1)
-    return reactive
+    return max(reactive, x.ready), at_lead
 
 
 def size(x: SizingInputs) -> Need:
     """The replicas the pool needs, with its reasons (see the module docstring)."""
     load, waiting, seqs = _load(x)
-    burst = max(x.recent_peak, load) if x.burst_window_s > 0 else 0.0
-    sized_for = max(load, burst, waiting)
+    hold = max(x.hold, load) if x.hold_half_life_s > 0 else 0.0
+    sized_for = max(load, hold, waiting)
     need = math.ceil(sized_for / x.per_replica) if x.per_replica > 0 else x.max_replicas
     detail: dict[str, float | str | None] = {
         "signal": DEMAND_SIGNAL[x.role].value, "demand": x.demand, "forecast": x.forecast,
         "quantile": x.quantile if x.forecast is not None else None, "lead_s": x.lead_s,
-        "capacity_per_replica": x.per_replica, "sequences": seqs, "recent_peak": burst,
-        "sized_for": sized_for, "capacity_correction": x.correction, "need": need}
+        "capacity_per_replica": x.per_replica, "sequences": seqs, "burst_hold": hold,
+        "hold_half_life_s": x.hold_half_life_s, "sized_for": sized_for,
+        "capacity_correction": x.correction, "need": need}
     reasons = [f"demand {x.demand:.4g}/s, {x.forecast_note}"
                + (f" = {x.forecast:.4g}/s" if x.forecast is not None else "")
                + (f"; {seqs:.0f} sequences running or waiting" if seqs is not None else "")
-               + (f"; highest of the last {x.burst_window_s:.0f}s {burst:.4g}/s"
-                  if burst > 0 else ""),
+               + (f"; burst hold {hold:.4g}/s (half-life {x.hold_half_life_s:.0f}s)"
+                  if hold > load else ""),
                f"capacity {x.per_replica:.4g}/s per replica (correction "
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
-    reactive = _reactive(x)
+    reactive, at_lead = _reactive(x)
     if reactive:
         signal = LATENCY_SIGNAL[x.role]
         latency = "n/a" if x.latency_s is None else f"{x.latency_s:.3g}s"
-        reasons.append(f"reactive: {signal.value} {latency} vs SLO {x.slo_s:g}s, "
-                       f"queue {x.queue:.0f} -> {reactive}")
+        reasons.append(f"reactive: {signal.value} {latency} vs SLO {x.slo_s:g}s, queue "
+                       f"{x.queue:.0f}; backlog when new replicas are ready (in {x.lead_s:.0f}s,"
+                       f" {x.ready} ready, {x.starting} starting) {at_lead:.4g}, drained within "
+                       f"{x.drain_s:.0f}s -> {reactive} in all")
         detail.update({"latency_signal": signal.value, "latency_p95_s": x.latency_s,
-                       "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive})
+                       "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive,
+                       "backlog_at_lead": at_lead, "starting": x.starting})
     return Need(max(need, reactive), need, reactive, load, tuple(reasons), detail)

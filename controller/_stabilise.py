@@ -1,20 +1,29 @@
 """Stabilisation and bounds: a pool's need and its history -> the replicas to ask for.
 
 Pure functions over an immutable :class:`PoolHistory` (the needs of the last
-``stabilisation_s``, the loads of the last ``burst_window_s``, when the pool was first seen);
+``stabilisation_s``, the burst hold, when the pool was first seen and last scaled down);
 each returns the new history with its answer.
 
 * Scale up at once (the cause is ``reactive`` when the reactive path asked for more than the
-  sizing did, else ``forecast``).
+  sizing did, else ``forecast``). A scale-up within the stabilisation window after a
+  scale-down is a reversal: the scale-down forgot capacity a burst came back for, so the
+  burst hold's half-life doubles (and relaxes back over hours without reversals).
 * Scale down only once the need has stayed below the current replicas for the whole
   stabilisation window (and the pool has been watched that long), to the highest need seen in
   it, by at most ``max_step_down`` replicas a tick.
 * Never below the pool's min or above its max (:func:`bound`).
+
+The burst hold (:meth:`PoolHistory.hold`) is a peak envelope: the load a burst needed (the
+sizing's load, or what the reactive path asked for), decaying with a half-life of a third of
+the burst window. Bursts that recur refresh it before it decays; one burst is forgotten
+smoothly, not held at its peak for a fixed window and dropped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from controller._interface import Cause, PoolReplicas
 from controller._sizing import Need
@@ -22,25 +31,70 @@ from controller._sizing import Need
 __all__ = ["PoolHistory", "Stabilised", "bound", "stabilise"]
 
 
+MAX_HOLD_FACTOR = 4.0
+"""The hold's half-life grows to at most this many burst windows while scale-downs are
+reversed."""
+HOLD_RELAX_S = 3600.0
+"""Without reversals, the half-life's growth halves every this many seconds."""
+
+
 @dataclass(frozen=True)
 class PoolHistory:
+    """What a pool's decisions remember: the needs of the stabilisation window, the burst hold
+    (a peak envelope that decays), and the scale-downs that bursts reversed."""
+
     needs: tuple[tuple[float, int], ...] = ()
     """(time, replicas needed) over the stabilisation window."""
-    loads: tuple[tuple[float, float], ...] = ()
-    """(time, load sized for) over the burst window: the recent-burst floor."""
+    hold_load: float = 0.0
+    """The load a recent burst needed, as of ``hold_at_s`` (decays from there)."""
+    hold_at_s: float = 0.0
     first_seen_s: float | None = None
+    last_down_s: float | None = None
+    """When the pool last scaled down."""
+    reversals: int = 0
+    """Scale-downs reversed within the stabilisation window, all time."""
+    grown_half_life_s: float = 0.0
+    """The hold's half-life after its latest growth (0: never grown)."""
+    last_reversal_s: float = 0.0
 
-    def recent_peak(self, now_s: float, window_s: float) -> float:
-        """The highest load of the last ``window_s`` (0 when none, or the window is off)."""
-        if window_s <= 0:
+    def half_life_s(self, now_s: float, window_s: float) -> float:
+        """The hold's half-life: a third of the burst window, doubled by every reversed
+        scale-down (at most :data:`MAX_HOLD_FACTOR` windows), relaxing back without them."""
+        base = window_s / 3
+        if self.grown_half_life_s <= base:
+            return base
+        relax = math.pow(0.5, max(0.0, now_s - self.last_reversal_s) / HOLD_RELAX_S)
+        return base + (self.grown_half_life_s - base) * relax
+
+    def hold(self, now_s: float, window_s: float) -> float:
+        """The load held for bursts now: the decayed envelope of the loads they needed (0 when
+        none, or the window is off)."""
+        if window_s <= 0 or self.hold_load <= 0:
             return 0.0
-        return max((v for t, v in self.loads if t >= now_s - window_s), default=0.0)
+        age = max(0.0, now_s - self.hold_at_s)
+        return self.hold_load * math.pow(0.5, age / self.half_life_s(now_s, window_s))
 
     def remember_load(self, now_s: float, load: float, window_s: float) -> PoolHistory:
-        if window_s <= 0:
+        """Raise the hold to ``load`` when it is above the decayed envelope."""
+        if window_s <= 0 or load <= self.hold(now_s, window_s):
             return self
-        kept = tuple(e for e in self.loads if e[0] >= now_s - window_s)
-        return PoolHistory(self.needs, (*kept, (now_s, load)), self.first_seen_s)
+        return replace(self, hold_load=load, hold_at_s=now_s)
+
+    def seeded(self, points: Sequence[tuple[float, float]], now_s: float,
+               window_s: float) -> PoolHistory:
+        """The hold as if the pool had been watched over ``points`` (its demand history, at a
+        start or restart): the highest decayed load among them."""
+        out = self
+        for t, v in sorted(points):
+            if t <= now_s and math.isfinite(v):
+                out = out.remember_load(t, v, window_s)
+        return out
+
+    def reversed_at(self, now_s: float, window_s: float) -> PoolHistory:
+        """A scale-up reversed a recent scale-down: the hold's half-life doubles."""
+        grown = min(2 * self.half_life_s(now_s, window_s), MAX_HOLD_FACTOR * window_s)
+        return replace(self, reversals=self.reversals + 1, grown_half_life_s=grown,
+                       last_reversal_s=now_s, last_down_s=None)
 
 
 @dataclass(frozen=True)
@@ -56,16 +110,23 @@ class Stabilised:
 
 
 def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
-              max_replicas: int, stabilisation_s: float, max_step_down: int) -> Stabilised:
+              max_replicas: int, stabilisation_s: float, max_step_down: int,
+              burst_window_s: float = 0.0) -> Stabilised:
     """Scale up at once, down after the window and in steps (see the module docstring)."""
     target = need.replicas
     first = history.first_seen_s if history.first_seen_s is not None else now_s
     needs = tuple(e for e in (*history.needs, (now_s, target))
                   if e[0] >= now_s - stabilisation_s)
-    after = PoolHistory(needs, history.loads, first)
+    after = replace(history, needs=needs, first_seen_s=first)
     if target > current:
         cause = Cause.REACTIVE if need.reactive > need.need else Cause.FORECAST
-        return Stabilised(target, cause, (), after, asked=min(target, max_replicas))
+        reasons: tuple[str, ...] = ()
+        down = history.last_down_s
+        if down is not None and now_s - down <= stabilisation_s and burst_window_s > 0:
+            after = after.reversed_at(now_s, burst_window_s)
+            reasons = (f"reverses the scale-down of {now_s - down:.0f}s ago: the burst hold's "
+                       f"half-life grows to {after.half_life_s(now_s, burst_window_s):.0f}s",)
+        return Stabilised(target, cause, reasons, after, asked=min(target, max_replicas))
     held = max(n for _, n in needs)
     window_full = now_s - first >= stabilisation_s
     desired = max(target, held, current - max_step_down) \
@@ -73,7 +134,8 @@ def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
     if desired < current:
         return Stabilised(desired, Cause.SCALE_DOWN,
                           (f"scale down after {stabilisation_s:.0f}s below {current}, by at "
-                           f"most {max_step_down}",), after, cancelled_above=desired)
+                           f"most {max_step_down}",), replace(after, last_down_s=now_s),
+                          cancelled_above=desired)
     return Stabilised(desired, Cause.STEADY, (), after)
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "TieredThreshold",
     "WebhookAuth",
     "WebhookSettings",
+    "cold_start_quantile",
     "format_duration",
     "load_spec",
     "parse_duration",
@@ -149,6 +150,14 @@ def format_duration(seconds: int | float) -> str:
 
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 
+_NORMAL_Z = {0.5: 0.0, 0.9: 1.2815515655446004, 0.99: 2.3263478740408408}
+
+
+def cold_start_quantile(median_s: float, spread: float, q: float) -> float:
+    """The ``q`` quantile (0.5, 0.9 or 0.99) of a log-normal cold start with this median and
+    sigma ``spread``."""
+    return median_s * math.exp(spread * _NORMAL_Z[q])
+
 
 def _accepts_bool(annotation: Any) -> bool:
     if annotation is bool:
@@ -209,8 +218,19 @@ class PoolSpec(_Model):
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(ge=1)
     gpus_per_replica: int = Field(default=1, ge=1)
-    cold_start: Duration = Field(default=60, description="Estimated time to a ready replica")
+    cold_start: Duration = Field(default=60, description="Estimated median time from a "
+                                 "scale-up to a ready replica")
+    cold_start_spread: float = Field(
+        default=0.2, ge=0, le=1.5, description="How much cold starts vary around "
+        "cold_start: the sigma of a log-normal (0.2: one in ten takes over 1.29x the median). "
+        "The controller plans with the p90 until it has timed its own cold starts; the "
+        "simulator draws every replica's cold start from it")
     profile: str = Field(default="h100-80gb-llama-3.1-8b", min_length=1)
+
+    @property
+    def cold_start_p90_s(self) -> float:
+        """The cold start one in ten exceeds (the lead planned with before any is timed)."""
+        return cold_start_quantile(float(self.cold_start), self.cold_start_spread, 0.9)
 
     @property
     def pod_regex(self) -> str:
@@ -518,8 +538,10 @@ class ControllerSettings(_Model):
                                  description="Reactive path: drain the backlog within this")
     refit_every: Duration = Field(default=900, ge=60, description="Forecaster refit interval")
     burst_window: Duration = Field(
-        default=900, ge=0, description="Size for at least the highest demand seen this long "
-        "back (bursts that came recently come again; 0 turns it off)")
+        default=900, ge=0, description="How long the load a burst needed is held: a peak "
+        "envelope that decays with a half-life of a third of this, growing (up to 4x this) "
+        "while scale-downs are reversed within the stabilisation window (bursts that came "
+        "recently come again; 0 turns it off)")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     drain: ScaleDownDrainSettings = Field(default_factory=ScaleDownDrainSettings)

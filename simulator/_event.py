@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdscale.spec import Role
-from simulator._setup import PoolSetup, SimSetup, _Ev, hist_quantile
+from simulator._setup import ColdStarts, PoolSetup, SimSetup, _Ev, hist_quantile
 from simulator._setup import _DecodeReplica as _DecodeReplica
 from simulator._setup import _PrefillReplica as _PrefillReplica
 from simulator._setup import _Replica as _Replica
@@ -57,6 +57,7 @@ class EventSimulator:
     def __init__(self, setup: SimSetup, trace: Trace) -> None:
         self.setup = setup
         self.trace = trace
+        self.cold_starts = ColdStarts(setup.seed)
         n = len(trace)
         self.prompt = trace.prompt_tokens.astype(np.int64)
         self.output = np.maximum(trace.output_tokens.astype(np.int64), 1)
@@ -116,7 +117,7 @@ class EventSimulator:
 
     def _add(self, role: Role, *, ready_now: bool = False) -> None:
         ps = self.pool_setup(role)
-        ready = self.now if ready_now else self.now + ps.cold_start_s
+        ready = self.now if ready_now else self.now + self.cold_starts.draw(ps)
         state = _State.READY if ready_now else _State.STARTING
         self._next_id += 1
         r: _Replica

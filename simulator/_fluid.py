@@ -41,6 +41,7 @@ from controller import (
 )
 from pdscale.spec import Role, Spec
 from simulator._event import PoolSetup, SimSetup, hist_quantile
+from simulator._setup import ColdStarts
 from simulator._trace import Trace
 from simulator._world import PoolSignals, SimResult, World, run_world
 from telemetry import RATE_WINDOW_S, Signal
@@ -274,6 +275,7 @@ class FluidWorld(World):
                  observation_delay_s: float = 30.0) -> None:
         super().__init__(setup, observation_delay_s=observation_delay_s)
         self.load = load
+        self.cold_starts = ColdStarts(setup.seed)
         self.dt = load.dt_s
         self.tick_every = max(1, round(setup.tick_s / self.dt))
         self.pools = {role: _Pool(ps, ps.initial_replicas, [], [], ps.initial_replicas)
@@ -307,7 +309,8 @@ class FluidWorld(World):
                             gpus_per_replica=pool.setup.gpus_per_replica)
 
     def scale(self, role: Role, replicas: int) -> None:
-        _scale(self.pools[role], replicas, (self.k - 1) * self.dt, self._drain_s[role])
+        _scale(self.pools[role], replicas, (self.k - 1) * self.dt, self._drain_s[role],
+               self.cold_starts)
 
     def desired(self, role: Role) -> int:
         return self.pools[role].desired
@@ -338,7 +341,7 @@ class FluidWorld(World):
             pool = self.pools[role]
             if pool.ready > 0:
                 pool.ready -= 1
-                pool.starting.append(t + pool.setup.cold_start_s)
+                pool.starting.append(t + self.cold_starts.draw(pool.setup))
 
     def _step(self, k: int) -> bool:
         """Advance one step; at a tick, sample the signals. Returns whether it sampled."""
@@ -473,12 +476,13 @@ def run_fluid(setup: SimSetup, load: FluidLoad, policy: Policy, *,
     return run_world(world, policy, spec=spec, forecasts=forecasts, progress=progress)
 
 
-def _scale(pool: _Pool, desired: int, t: float, drain_s: float) -> None:
+def _scale(pool: _Pool, desired: int, t: float, drain_s: float,
+           cold_starts: ColdStarts) -> None:
     desired = max(pool.setup.min_replicas, min(pool.setup.max_replicas, desired))
     pool.desired = desired
     active = pool.ready + len(pool.starting)
     if desired > active:
-        pool.starting += [t + pool.setup.cold_start_s] * (desired - active)
+        pool.starting += [t + cold_starts.draw(pool.setup) for _ in range(desired - active)]
         return
     excess = active - desired
     while excess and pool.starting:  # cancel the newest starting replicas first

@@ -14,9 +14,9 @@ import numpy as np
 import numpy.typing as npt
 
 from controller import InstanceProfile
-from pdscale.spec import Role
+from pdscale.spec import Role, cold_start_quantile
 
-__all__ = ["PoolSetup", "Router", "SimSetup", "hist_quantile"]
+__all__ = ["ColdStarts", "PoolSetup", "Router", "SimSetup", "hist_quantile"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -32,6 +32,28 @@ class PoolSetup:
     max_replicas: int
     gpus_per_replica: int = 1
     cold_start_s: float = 60.0
+    """The median cold start."""
+    cold_start_spread: float = 0.0
+    """Sigma of the log-normal every replica's cold start is drawn from (0: all take
+    ``cold_start_s``)."""
+
+    def cold_start_quantile(self, q: float) -> float:
+        return cold_start_quantile(self.cold_start_s, self.cold_start_spread, q)
+
+
+class ColdStarts:
+    """Every new replica's cold start, drawn from its pool's log-normal (deterministic for a
+    seed; clipped to [median / 3, 3 x median] so one draw cannot stall a run)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng([seed, 0xC01D])
+
+    def draw(self, pool: PoolSetup) -> float:
+        if pool.cold_start_spread <= 0:
+            return pool.cold_start_s
+        z = float(self._rng.standard_normal())
+        factor = min(3.0, max(1 / 3, math.exp(pool.cold_start_spread * z)))
+        return pool.cold_start_s * factor
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,8 @@ class SimSetup:
     tick_s: float = 15.0
     failures: tuple[tuple[float, Role], ...] = ()
     """(time in seconds, role): a replica of that pool is lost at that time."""
+    seed: int = 0
+    """Seeds the cold-start draws."""
 
 
 class _State(IntEnum):

@@ -101,8 +101,8 @@ def _pdscale(setup: SimSetup, spec: Spec) -> tuple[Policy, ForecastStage]:
     them (its controller settings, the pools' profiles), with the simulation's cold start."""
     from controller import build_forecasts, build_policy
 
-    cold = {(setup.service, Role.PREFILL): setup.prefill.cold_start_s,
-            (setup.service, Role.DECODE): setup.decode.cold_start_s}
+    cold = {(setup.service, Role.PREFILL): setup.prefill.cold_start_quantile(0.9),
+            (setup.service, Role.DECODE): setup.decode.cold_start_quantile(0.9)}
     forecasts = build_forecasts(spec, cold_start_s=cold)
     return build_policy(spec, forecasts=forecasts, cold_start_s=cold), forecasts
 
@@ -119,8 +119,8 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
                             ttft_slo_s=setup.slo_ttft_s, itl_slo_s=setup.slo_itl_s)
     if name == "oracle":
         return OraclePolicy(plan, service=setup.service,
-                            cold_start_s={Role.PREFILL: setup.prefill.cold_start_s,
-                                          Role.DECODE: setup.decode.cold_start_s},
+                            cold_start_s={Role.PREFILL: setup.prefill.cold_start_quantile(0.99),
+                                          Role.DECODE: setup.decode.cold_start_quantile(0.99)},
                             tick_s=setup.tick_s)
     raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}")
 
@@ -136,11 +136,12 @@ def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int
                                 initial_replicas=max(pool.min_replicas,
                                                      min(pool.max_replicas, initial[role])),
                                 min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
-                                gpus_per_replica=pool.gpus_per_replica, cold_start_s=cold)
+                                gpus_per_replica=pool.gpus_per_replica, cold_start_s=cold,
+                                cold_start_spread=pool.cold_start_spread)
     return SimSetup(service=service.name, prefill=pools[Role.PREFILL],
                     decode=pools[Role.DECODE], slo_ttft_s=service.slo.ttft_p95_s,
                     slo_itl_s=service.slo.itl_p95_s, router=options.router,
-                    tick_s=tick_s, failures=options.failures)
+                    tick_s=tick_s, failures=options.failures, seed=options.seed)
 
 
 def _resolve_mode(options: SimOptions, trace: Trace | None) -> str:
@@ -232,6 +233,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         "scale": options.scale,
         "router": options.router,
         "cold_start_s": {r.value: getattr(setup, r.value).cold_start_s for r in Role},
+        "cold_start_spread": {r.value: getattr(setup, r.value).cold_start_spread for r in Role},
         "profiles": {r.value: getattr(setup, r.value).profile.name for r in Role},
         "slo": {"ttft_p95_s": setup.slo_ttft_s, "itl_p95_s": setup.slo_itl_s},
         "peak_need_exceeds_max_replicas": capped,

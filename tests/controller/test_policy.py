@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from controller import (
     CapacityModel,
     ColdStartTracker,
+    ForecastStage,
     Observation,
     PdscalePolicy,
     PoolObservation,
@@ -76,8 +78,11 @@ def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
     # 4,000 waiting prompts of ~1,500 tokens: 6 M tokens to drain within a minute.
     out = policy.decide(_obs(0, prompt=20_000.0, ttft=2.0, queue=4000.0, ready=(2, 2)))
     per_replica = policy.state[KEY_P].capacity.per_replica()
-    expected = 2 + -(-4000 * 1500 // int(per_replica * 60))
+    lead = 60.0 + 15.0  # cold start + a tick: when new replicas are ready
+    backlog = 4000 * 1500 + max(0.0, 20_000.0 - 2 * per_replica) * lead
+    expected = math.ceil((20_000.0 + backlog / 60) / per_replica)
     assert _desired(out, KEY_P) == expected and expected >= 4
+    assert out[KEY_P].detail["backlog_at_lead"] == pytest.approx(backlog)
     assert any(r.startswith("reactive:") for r in out[KEY_P].reasons)
 
 
@@ -95,16 +100,20 @@ def test_scale_down_waits_for_stabilisation_and_steps() -> None:
     assert max(steps) <= 2 and seen[-1] < seen[0]
 
 
-def test_a_recent_burst_holds_capacity_for_the_burst_window_then_lets_go() -> None:
-    policy = _policy(stabilisation=120, max_step_down=8, burst_window=600)
+def test_a_recent_burst_holds_capacity_that_decays_then_lets_go() -> None:
+    policy = _policy(stabilisation=120, max_step_down=8, burst_window=600)  # half-life 200 s
     up = _desired(policy.decide(_obs(0, prompt=300_000.0)), KEY_P)
     seen = {}
-    for t in range(15, 1200, 15):
+    for t in range(15, 1800, 15):
         out = policy.decide(_obs(t, prompt=10_000.0, ready=(up, 2)))
         up = seen[t] = _desired(out, KEY_P)
-    assert seen[585] == seen[15]  # the burst is still in the window: held past stabilisation
-    assert seen[1185] < seen[15]  # the window has passed: scaled down
-    assert any("of the last 600s" in r for r in out[KEY_P].reasons)
+        if t == 300:
+            assert any("burst hold" in r for r in out[KEY_P].reasons)
+    assert seen[120] == seen[15]  # held through stabilisation
+    # Then the hold decays: about half the burst's replicas after a half-life or two, not
+    # the whole peak for a fixed window and nothing after it.
+    assert seen[15] > seen[300] > seen[600] > seen[1785] == 1
+    assert seen[210] >= seen[15] // 2  # about half after a half-life (and stabilisation)
 
 
 def test_decode_is_sized_for_the_sequences_it_holds() -> None:
@@ -209,6 +218,73 @@ def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
     for _ in range(20):  # ample slack below the planned load is the headroom, not an error
         slack.observe_latency(latency_p95_s=0.05, demand_per_replica=0.8 * slack.per_replica())
     assert slack.correction == 1.0
+
+
+def test_misses_at_the_planned_load_teach_a_standing_need_within_minutes() -> None:
+    """Clumped arrivals miss the SLO at a mean load the profile says fits: a steady pool that
+    misses at 75 % of its planned load learns, within two minutes, to plan under that load."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    planned = model.per_replica()
+    model.observe_latency(latency_p95_s=0.9, demand_per_replica=0.75 * planned,
+                          steady=True, now_s=0.0)
+    assert model.last_learned is not None and "75% of the planned load" in model.last_learned
+    t = 15.0
+    for _ in range(7):  # two minutes of 15 s ticks
+        model.observe_latency(latency_p95_s=0.9, demand_per_replica=0.75 * planned,
+                              steady=True, now_s=t)
+        t += 15
+    assert model.correction == pytest.approx(0.75 * 0.9, abs=0.06)
+    # Bounded by the load it was seen at: many more misses there do not run it down further.
+    for _ in range(100):
+        model.observe_latency(latency_p95_s=0.9, demand_per_replica=0.75 * planned,
+                              steady=True, now_s=t)
+        t += 15
+    assert model.correction >= 0.6
+    # Hours without misses give it back slowly (about 1 - e^-1 of the way in two hours).
+    low = model.correction
+    for _ in range(480):
+        model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.5 * model.per_replica(),
+                              steady=True, now_s=t)
+        t += 15
+    assert low < model.correction < 1.0
+    assert model.correction == pytest.approx(1 - (1 - low) * math.exp(-1), abs=0.02)
+
+
+def test_a_pool_that_just_changed_size_teaches_nothing() -> None:
+    """The p95 of a window that straddles a scale-up still carries the smaller pool's misses."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    for i in range(20):
+        model.observe_latency(latency_p95_s=0.9, demand_per_replica=0.5 * model.per_replica(),
+                              steady=False, now_s=15.0 * i)
+    assert model.correction == 1.0
+    policy = _policy(burst_window=0)
+    for t, ready in ((0, 2), (15, 2), (30, 3), (45, 3)):
+        policy.decide(_obs(t, prompt=20_000.0, ttft=2.0, ready=(ready, 2)))
+    assert policy.state[KEY_P].capacity.correction == 1.0  # the window is not yet steady
+    for t in range(60, 420, 15):
+        out = policy.decide(_obs(t, prompt=20_000.0, ttft=2.0, ready=(3, 2)))
+    assert policy.state[KEY_P].capacity.correction < 1.0  # steady for a window: it learns
+    assert any("missed the SLO at" in r for r in out[KEY_P].reasons)
+
+
+def test_a_restarted_controller_sizes_from_history_at_once() -> None:
+    """A start (or restart) reads the demand history the forecasts are warmed with: a burst
+    10 minutes ago is held (decayed) from the first decision, not re-learned from the
+    minimum over cold starts."""
+    settings = ControllerSettings(burst_window=900)  # half-life 300 s
+    stage = ForecastStage({KEY_P: 75.0, KEY_D: 75.0}, settings)
+    times = [float(t) for t in range(0, 3600, 60)]
+    stage.warm(KEY_P, times, [200_000.0 if t == 3000 else 20_000.0 for t in times])
+    capacity = {KEY_P: CapacityModel(Role.PREFILL, H100, 0.5),
+                KEY_D: CapacityModel(Role.DECODE, H100, 0.05)}
+    policy = PdscalePolicy(settings, capacity, {KEY_P: 60.0, KEY_D: 60.0}, forecasts=stage)
+    out = policy.decide(_obs(3600.0, prompt=20_000.0, ready=(1, 2)))
+    per_replica = policy.state[KEY_P].capacity.per_replica()
+    held = 200_000.0 * 0.5 ** (600 / 300)
+    assert _desired(out, KEY_P) == math.ceil(held / per_replica) > 1
+    assert out[KEY_P].detail["burst_hold"] == pytest.approx(held)
+    cold = _policy(burst_window=900).decide(_obs(3600.0, prompt=20_000.0, ready=(1, 2)))
+    assert _desired(cold, KEY_P) < _desired(out, KEY_P)  # without history: demand alone
 
 
 def test_cold_start_p90_is_learned() -> None:

@@ -27,7 +27,7 @@ KEY = ("svc", Role.PREFILL)
 BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_note="off",
                     per_replica=10_000.0, decode_batch=64, running=None, queue=0.0,
                     latency_s=0.2, slo_s=0.5, backlogged=False, per_request_tokens=1500.0,
-                    ready=3, max_replicas=40, recent_peak=0.0, burst_window_s=900.0,
+                    ready=3, starting=0, max_replicas=40, hold=0.0, hold_half_life_s=300.0,
                     drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0)
 
 
@@ -43,11 +43,12 @@ def test_sizing_covers_the_higher_of_demand_and_forecast() -> None:
     assert "= 4.5e+04/s" in low.reasons[0]
 
 
-def test_the_burst_floor_holds_the_recent_peak_but_not_when_off() -> None:
-    assert size(replace(BASE, recent_peak=80_000.0)).need == 8
-    assert size(replace(BASE, recent_peak=80_000.0, burst_window_s=0.0)).need == 3
-    # What is remembered is the load, not the floor: the floor decays as the window moves.
-    assert size(replace(BASE, recent_peak=80_000.0)).load == 30_000.0
+def test_the_burst_hold_sizes_the_pool_but_not_when_off() -> None:
+    held = size(replace(BASE, hold=80_000.0))
+    assert held.need == 8 and any("burst hold 8e+04/s" in r for r in held.reasons)
+    assert size(replace(BASE, hold=80_000.0, hold_half_life_s=0.0)).need == 3
+    # What is remembered is the load, not the hold: the hold decays on its own.
+    assert held.load == 30_000.0
 
 
 def test_decode_counts_running_and_waiting_sequences() -> None:
@@ -66,6 +67,24 @@ def test_the_reactive_path_drains_the_backlog_within_drain_time() -> None:
     assert any(r.startswith("reactive: ttft_p95_s 2s") for r in miss.reasons)
     assert size(replace(BASE, latency_s=0.6)).reactive == 4  # over the SLO: one more at least
     assert size(replace(BASE, latency_s=None)).reactive == 0  # blamed elsewhere, or missing
+
+
+def test_a_burst_is_sized_in_one_decision_over_the_lead() -> None:
+    """Arrivals above what the ready replicas serve pile up until new ones are ready: the ask
+    covers that backlog too, at once, not a replica per cold start."""
+    burst = replace(BASE, demand=50_000.0, latency_s=2.0, queue=100.0)
+    got = size(burst)
+    # 150k tokens waiting + (50k - 30k)/s x 75 s = 1.65 M at the lead; 50k/s + 1.65 M / 60 s
+    # = 77.5k/s at 10k/s a replica -> 8 replicas in all.
+    assert got.reactive == 8 and got.detail["backlog_at_lead"] == pytest.approx(1.65e6)
+    # A shorter lead leaves less backlog: fewer replicas.
+    assert size(replace(burst, lead_s=15.0)).reactive < 8
+    # The ask is a total: replicas already starting count towards it, nothing is added.
+    starting = replace(burst, starting=5)
+    assert size(starting).reactive == 8
+    out = stabilise(size(starting), PoolHistory(first_seen_s=0.0), now_s=60.0, current=8,
+                    max_replicas=40, stabilisation_s=300.0, max_step_down=2)
+    assert out.desired == 8 and out.asked is None
 
 
 # -- stabilisation and bounds -----------------------------------------------------------------
@@ -106,13 +125,39 @@ def test_a_high_need_in_the_window_holds_the_pool() -> None:
     assert out.desired == 8 and out.cause is Cause.SCALE_DOWN and out.cancelled_above == 8
 
 
-def test_the_history_is_immutable_and_the_burst_window_slides() -> None:
+def test_the_burst_hold_decays_and_recurring_bursts_refresh_it() -> None:
     h = PoolHistory()
-    h1 = h.remember_load(0.0, 50.0, 60.0)
-    h2 = h1.remember_load(90.0, 10.0, 60.0)
-    assert h.loads == () and h1.loads == ((0.0, 50.0),)
-    assert h1.recent_peak(30.0, 60.0) == 50.0 and h2.recent_peak(90.0, 60.0) == 10.0
-    assert h1.remember_load(5.0, 1.0, 0.0) is h1  # window off: nothing kept
+    h1 = h.remember_load(0.0, 80.0, 900.0)  # half-life 300 s
+    assert h.hold(0.0, 900.0) == 0.0 and h1.hold(0.0, 900.0) == 80.0  # immutable
+    assert h1.hold(300.0, 900.0) == pytest.approx(40.0)
+    assert h1.hold(600.0, 900.0) == pytest.approx(20.0)
+    assert h1.remember_load(300.0, 30.0, 900.0) is h1  # under the envelope: nothing new
+    again = h1.remember_load(300.0, 70.0, 900.0)  # a burst recurs: the envelope rises
+    assert again.hold(300.0, 900.0) == 70.0
+    assert h1.remember_load(5.0, 1.0, 0.0) is h1 and h1.hold(0.0, 0.0) == 0.0  # off
+
+
+def test_a_reversed_scale_down_makes_the_hold_last_longer() -> None:
+    history = PoolHistory(needs=((0.0, 3),), first_seen_s=0.0)
+    down = stabilise(_need(3), history, now_s=400.0, current=5, max_replicas=40,  # type: ignore[arg-type]
+                     stabilisation_s=300.0, max_step_down=2, burst_window_s=900.0)
+    assert down.cause is Cause.SCALE_DOWN and down.history.last_down_s == 400.0
+    back = stabilise(_need(5), down.history, now_s=520.0, current=3, max_replicas=40,  # type: ignore[arg-type]
+                     stabilisation_s=300.0, max_step_down=2, burst_window_s=900.0)
+    assert back.history.reversals == 1 and "reverses the scale-down" in back.reasons[0]
+    assert back.history.half_life_s(520.0, 900.0) == pytest.approx(600.0)
+    # Hours without reversals relax it back towards a third of the window.
+    assert back.history.half_life_s(520.0 + 3600.0, 900.0) == pytest.approx(450.0)
+    # A scale-up long after the scale-down is not a reversal.
+    late = stabilise(_need(5), down.history, now_s=2000.0, current=3, max_replicas=40,  # type: ignore[arg-type]
+                     stabilisation_s=300.0, max_step_down=2, burst_window_s=900.0)
+    assert late.history.reversals == 0 and late.reasons == ()
+
+
+def test_a_start_seeds_the_hold_from_history() -> None:
+    points = [(t, 10.0) for t in range(0, 3600, 60)] + [(3000.0, 60.0)]
+    seeded = PoolHistory().seeded(points, 3600.0, 900.0)
+    assert seeded.hold(3600.0, 900.0) == pytest.approx(60.0 * 0.5 ** 2)
 
 
 @pytest.mark.parametrize(("desired", "expected"), [(0, (1, "min")), (5, (5, None)),
