@@ -15,9 +15,8 @@ the correction moves a quarter of the way a tick towards 0.9 of the load the mis
 so it converges within minutes and one bad minute moves it at most to just under the load it
 was seen at. When a pool is well within the SLO at or above the planned load, the model was
 pessimistic (+10 %, slowly). Without misses the correction relaxes back towards 1 over hours
-(what bursts needed is kept while they recur). Only minutes whose ready replicas did not change
-over the latency window teach it: the p95 of a window that straddles a scale-up still carries
-the misses of the smaller pool. Bounded to [0.3, 1.5] of the profile.
+(what bursts needed is kept while they recur). The load per replica is the latency window's
+(the policy averages the ready replicas over it). Bounded to [0.3, 1.5] of the profile.
 """
 
 from __future__ import annotations
@@ -89,16 +88,15 @@ class CapacityModel:
         return self.nominal_per_replica() * self.correction
 
     def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
-                        backlogged: bool = False, steady: bool = True,
-                        now_s: float | None = None) -> None:
-        """Correct towards what replicas actually deliver, only from informative minutes of a
-        steady pool: a miss at or below planned load (optimistic model), or ample slack at or
+                        backlogged: bool = False, now_s: float | None = None) -> None:
+        """Correct towards what replicas actually deliver, only from informative minutes: a
+        miss at or below planned load (optimistic model), or ample slack at or
         above the planned load (pessimistic model). Slack below the planned load says nothing
         about the model (the plan leaves headroom on purpose; correcting upwards on it made
         pools shrink into overload and back, in a cycle): it only lets a lowered correction
         relax back over hours."""
         self.last_learned = None
-        if demand_per_replica is None or demand_per_replica <= 0 or not steady:
+        if demand_per_replica is None or demand_per_replica <= 0:
             return
         if latency_p95_s is None and not backlogged:
             return

@@ -97,16 +97,16 @@ class PoolPolicyState:
     cold_start: ColdStartTracker
     history: PoolHistory = field(default_factory=PoolHistory)
     ready_seen: deque[tuple[float, int]] = field(default_factory=deque)
-    """(time, ready replicas) over the latency window: was the pool steady through it?"""
+    """(time, ready replicas) over the latency window."""
 
-    def steady(self, now_s: float, ready: int, window_s: float, tick_s: float) -> bool:
-        """Whether the ready replicas stayed at ``ready`` over the whole latency window (the
-        p95 of a window that straddles a change carries the other pool size's latency)."""
+    def mean_ready(self, now_s: float, ready: int, window_s: float) -> float:
+        """The ready replicas averaged over the latency window: the p95 of a window that
+        straddles a scale-up still carries the smaller pool's latency, so the load it is
+        compared with is per replica of that window, not of now."""
         self.ready_seen.append((now_s, ready))
         while self.ready_seen and self.ready_seen[0][0] < now_s - window_s:
             self.ready_seen.popleft()
-        covered = self.ready_seen[0][0] <= now_s - window_s + tick_s
-        return covered and all(n == ready for _, n in self.ready_seen)
+        return sum(n for _, n in self.ready_seen) / len(self.ready_seen)
 
 
 def _backlogged(pool: PoolObservation) -> bool:
@@ -167,7 +167,7 @@ class PdscalePolicy:
         return got, f"forecast q{self.settings.scale_up_quantile:g} over {lead:.0f}s"
 
     def _observe(self, key: PoolKey, pool: PoolObservation, ctx: _Context, demand: float
-                 ) -> tuple[float, float | None, str | None]:
+                 ) -> tuple[float, int, float | None, str | None]:
         """Teach the capacity model the lengths and the latency; returns the capacity per
         replica it planned with, the pool's own latency (None when the miss is decode's), and
         the note saying so."""
@@ -176,7 +176,7 @@ class PdscalePolicy:
         st.capacity.observe_lengths(signals.get(Signal.MEAN_PROMPT_TOKENS)
                                     or ctx.service_prompt_tokens,
                                     signals.get(Signal.MEAN_OUTPUT_TOKENS))
-        per_replica = st.capacity.per_replica()
+        per_replica, batch = st.capacity.per_replica(), st.capacity.decode_batch()
         latency = signals.get(LATENCY_SIGNAL[key[1]])
         backlogged = _backlogged(pool)
         note = None
@@ -186,15 +186,14 @@ class PdscalePolicy:
                     f"is or was backlogged (within {RATE_WINDOW_S:.0f}s): decode's miss, not "
                     "prefill's")
             latency = None  # no reaction and no learning here
-        ready = pool.replicas.ready
+        ready = st.mean_ready(pool.data_time_s, pool.replicas.ready, RATE_WINDOW_S)
         st.capacity.observe_latency(
-            latency_p95_s=latency, demand_per_replica=demand / max(ready, 1),
-            backlogged=backlogged, now_s=pool.data_time_s,
-            steady=st.steady(pool.data_time_s, ready, RATE_WINDOW_S, self.tick_s))
+            latency_p95_s=latency, demand_per_replica=demand / max(ready, 1.0),
+            backlogged=backlogged, now_s=pool.data_time_s)
         if st.capacity.last_learned is not None:
             note = st.capacity.last_learned if note is None else \
                 f"{note}; {st.capacity.last_learned}"
-        return per_replica, latency, note
+        return per_replica, batch, latency, note
 
     def _degraded(self, key: PoolKey, pool: PoolObservation) -> PoolDecision:
         r = pool.replicas
@@ -220,7 +219,7 @@ class PdscalePolicy:
             demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
         elif key[1] is Role.PREFILL:
             demand = uncached_prefill_demand(demand, hit)
-        per_replica, latency, note = self._observe(key, pool, ctx, demand)
+        per_replica, batch, latency, note = self._observe(key, pool, ctx, demand)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
@@ -235,7 +234,7 @@ class PdscalePolicy:
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
-            forecast_note=fc_note, per_replica=per_replica, decode_batch=cap.decode_batch(),
+            forecast_note=fc_note, per_replica=per_replica, decode_batch=batch,
             running=pool.signals.get(Signal.RUNNING_REQUESTS),
             queue=pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, latency_s=latency,
             slo_s=cap.slo_s, backlogged=_backlogged(pool),
@@ -243,6 +242,7 @@ class PdscalePolicy:
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,
             hold=st.history.hold(now, window),
+            nominal_per_replica=cap.nominal_per_replica(),
             hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,
             drain_s=float(settings.drain_time), lead_s=lead,
             quantile=settings.scale_up_quantile, correction=cap.correction))

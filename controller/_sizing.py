@@ -10,6 +10,9 @@ history) and stabilises the result (:mod:`controller._stabilise`).
 2. The burst hold: at least the decayed envelope of what recent bursts needed (load that came
    in bursts recently comes again, and a one-minute forecast cannot see sub-minute bursts).
    It remembers load, not a waiting queue, which drains within a minute.
+   Prefill also serves a burst's backlog: the tokens waiting at a tick within the TTFT SLO,
+   at the profile's capacity, at most doubling the ready replicas a decision (sub-minute
+   bursts leave queues that no per-minute rate shows); the burst hold then keeps the load.
 3. Decode also holds its waiting sequences, up to as many as run (a larger backlog is the
    reactive path's, sized by its drain time).
 4. need = ceil(sized load / capacity per replica).
@@ -66,6 +69,8 @@ class SizingInputs:
     hold: float
     """The burst hold: the decayed load recent bursts needed (0: none, or off)."""
     hold_half_life_s: float
+    nominal_per_replica: float
+    """Demand one replica carries at the SLO by the profile alone (no correction)."""
     drain_s: float
     lead_s: float
     quantile: float
@@ -82,6 +87,7 @@ class Need:
     load: float
     """The load to remember in the burst hold: what was sized for before the hold (demand,
     forecast, running sequences)."""
+
     reasons: tuple[str, ...]
     detail: dict[str, float | str | None]
 
@@ -105,11 +111,28 @@ def _reactive(x: SizingInputs) -> tuple[int, float]:
     if x.per_replica <= 0:
         return x.max_replicas, math.inf
     backlog = x.queue * x.per_request_tokens
-    at_lead = max(backlog, backlog + (x.demand - x.ready * x.per_replica) * x.lead_s)
-    reactive = math.ceil((x.demand + at_lead / x.drain_s) / x.per_replica - 1e-9)
+    excess = max(0.0, x.demand - x.ready * x.per_replica)
+    at_lead = backlog + excess * x.lead_s
+    # Over the SLO or queueing, the ready replicas are busy whatever the model says: the
+    # extra replicas serve the arrivals beyond the model's capacity of the ready ones and
+    # drain the backlog they will have left when new replicas are ready.
+    reactive = x.ready + math.ceil((excess + at_lead / x.drain_s) / x.per_replica - 1e-9)
     if over:
         reactive = max(reactive, x.ready + 1)
-    return max(reactive, x.ready), at_lead
+    return reactive, at_lead
+
+
+def _burst_need(x: SizingInputs) -> tuple[int, float]:
+    """Prefill: (replicas that serve the backlog waiting now within the TTFT SLO, at most
+    twice the ready ones a decision; that backlog in tokens). A burst that arrives within a
+    second leaves a queue no per-minute rate shows; the queue seen at a tick measures it.
+    The bound keeps a backlog an under-sized pool piled up from asking for the pool's max at
+    once (measured: holding such backlogs tripled the GPU-hours on the Azure trace)."""
+    if x.role is not Role.PREFILL or x.nominal_per_replica <= 0:
+        return 0, 0.0
+    backlog = x.queue * x.per_request_tokens
+    need = math.ceil(backlog / (x.nominal_per_replica * x.slo_s) - 1e-9)
+    return min(need, 2 * max(x.ready, 1)), backlog
 
 
 def size(x: SizingInputs) -> Need:
@@ -118,6 +141,7 @@ def size(x: SizingInputs) -> Need:
     hold = max(x.hold, load) if x.hold_half_life_s > 0 else 0.0
     sized_for = max(load, hold, waiting)
     need = math.ceil(sized_for / x.per_replica) if x.per_replica > 0 else x.max_replicas
+    burst_need, burst_backlog = _burst_need(x)
     detail: dict[str, float | str | None] = {
         "signal": DEMAND_SIGNAL[x.role].value, "demand": x.demand, "forecast": x.forecast,
         "quantile": x.quantile if x.forecast is not None else None, "lead_s": x.lead_s,
@@ -131,6 +155,11 @@ def size(x: SizingInputs) -> Need:
                   if hold > load else ""),
                f"capacity {x.per_replica:.4g}/s per replica (correction "
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
+    if burst_need > need:
+        reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
+                       f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
+        need = burst_need
+    detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need, "need": need})
     reactive, at_lead = _reactive(x)
     if reactive:
         signal = LATENCY_SIGNAL[x.role]

@@ -13,10 +13,10 @@ each returns the new history with its answer.
   it, by at most ``max_step_down`` replicas a tick.
 * Never below the pool's min or above its max (:func:`bound`).
 
-The burst hold (:meth:`PoolHistory.hold`) is a peak envelope: the load a burst needed (the
-sizing's load, or what the reactive path asked for), decaying with a half-life of a third of
-the burst window. Bursts that recur refresh it before it decays; one burst is forgotten
-smoothly, not held at its peak for a fixed window and dropped.
+The burst hold (:meth:`PoolHistory.hold`) is a peak envelope: the load a burst needed, kept
+whole for a half-life (a third of the burst window) and then halving every half-life. Bursts
+that recur refresh it before it decays; one burst is forgotten smoothly, not held at its peak
+for a fixed window and dropped.
 """
 
 from __future__ import annotations
@@ -66,16 +66,21 @@ class PoolHistory:
         relax = math.pow(0.5, max(0.0, now_s - self.last_reversal_s) / HOLD_RELAX_S)
         return base + (self.grown_half_life_s - base) * relax
 
+    def _held(self, level: float, at_s: float, now_s: float, window_s: float) -> float:
+        """An envelope raised to ``level`` at ``at_s``: whole for one half-life, then halving
+        every half-life."""
+        if window_s <= 0 or level <= 0:
+            return 0.0
+        half = self.half_life_s(now_s, window_s)
+        return level * math.pow(0.5, max(0.0, now_s - at_s - half) / half)
+
     def hold(self, now_s: float, window_s: float) -> float:
         """The load held for bursts now: the decayed envelope of the loads they needed (0 when
         none, or the window is off)."""
-        if window_s <= 0 or self.hold_load <= 0:
-            return 0.0
-        age = max(0.0, now_s - self.hold_at_s)
-        return self.hold_load * math.pow(0.5, age / self.half_life_s(now_s, window_s))
+        return self._held(self.hold_load, self.hold_at_s, now_s, window_s)
 
     def remember_load(self, now_s: float, load: float, window_s: float) -> PoolHistory:
-        """Raise the hold to ``load`` when it is above the decayed envelope."""
+        """Raise the hold to ``load`` where it is above the decayed envelope."""
         if window_s <= 0 or load <= self.hold(now_s, window_s):
             return self
         return replace(self, hold_load=load, hold_at_s=now_s)

@@ -28,6 +28,7 @@ BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_
                     per_replica=10_000.0, decode_batch=64, running=None, queue=0.0,
                     latency_s=0.2, slo_s=0.5, backlogged=False, per_request_tokens=1500.0,
                     ready=3, starting=0, max_replicas=40, hold=0.0, hold_half_life_s=300.0,
+                    nominal_per_replica=10_000.0,
                     drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0)
 
 
@@ -63,7 +64,13 @@ def test_decode_counts_running_and_waiting_sequences() -> None:
 def test_the_reactive_path_drains_the_backlog_within_drain_time() -> None:
     miss = size(replace(BASE, latency_s=2.0, queue=800.0))
     # 800 prompts x 1,500 tokens = 1.2 M tokens at 10,000/s a replica within 60 s: +2.
-    assert miss.reactive == 3 + 2 and miss.replicas == 5
+    assert miss.reactive == 3 + 2
+    # ... while serving that burst within the 0.5 s SLO would take 240: at most twice the
+    # ready replicas a decision.
+    assert miss.need == 6 and miss.replicas == 6 and miss.detail["burst_need"] == 6
+    assert any(r.startswith("burst: 1.2e+06 tokens waiting") for r in miss.reasons)
+    assert size(replace(BASE, queue=2.0)).need == 3  # a small queue fits the ready ones
+    assert size(replace(BASE, role=Role.DECODE, queue=800.0)).detail["burst_need"] == 0
     assert any(r.startswith("reactive: ttft_p95_s 2s") for r in miss.reasons)
     assert size(replace(BASE, latency_s=0.6)).reactive == 4  # over the SLO: one more at least
     assert size(replace(BASE, latency_s=None)).reactive == 0  # blamed elsewhere, or missing
@@ -129,11 +136,12 @@ def test_the_burst_hold_decays_and_recurring_bursts_refresh_it() -> None:
     h = PoolHistory()
     h1 = h.remember_load(0.0, 80.0, 900.0)  # half-life 300 s
     assert h.hold(0.0, 900.0) == 0.0 and h1.hold(0.0, 900.0) == 80.0  # immutable
-    assert h1.hold(300.0, 900.0) == pytest.approx(40.0)
-    assert h1.hold(600.0, 900.0) == pytest.approx(20.0)
+    assert h1.hold(300.0, 900.0) == 80.0  # whole for a half-life
+    assert h1.hold(600.0, 900.0) == pytest.approx(40.0)  # then halving every half-life
+    assert h1.hold(900.0, 900.0) == pytest.approx(20.0)
     assert h1.remember_load(300.0, 30.0, 900.0) is h1  # under the envelope: nothing new
-    again = h1.remember_load(300.0, 70.0, 900.0)  # a burst recurs: the envelope rises
-    assert again.hold(300.0, 900.0) == 70.0
+    again = h1.remember_load(600.0, 70.0, 900.0)  # a burst recurs: the envelope rises
+    assert again.hold(600.0, 900.0) == 70.0 and again.hold(900.0, 900.0) == 70.0
     assert h1.remember_load(5.0, 1.0, 0.0) is h1 and h1.hold(0.0, 0.0) == 0.0  # off
 
 
@@ -157,7 +165,7 @@ def test_a_reversed_scale_down_makes_the_hold_last_longer() -> None:
 def test_a_start_seeds_the_hold_from_history() -> None:
     points = [(t, 10.0) for t in range(0, 3600, 60)] + [(3000.0, 60.0)]
     seeded = PoolHistory().seeded(points, 3600.0, 900.0)
-    assert seeded.hold(3600.0, 900.0) == pytest.approx(60.0 * 0.5 ** 2)
+    assert seeded.hold(3600.0, 900.0) == pytest.approx(60.0 * 0.5)
 
 
 @pytest.mark.parametrize(("desired", "expected"), [(0, (1, "min")), (5, (5, None)),
