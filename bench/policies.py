@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/policies.py [--traces azure,mooncake,servegen-m-large,servegen-m-small]
                                        [--cold-starts 30,60,180] [--seed 0] [--jobs 2]
+                                       [--policies static,...,oracle] [--out policies]
 
 Every trace is replayed through its service in bench/policies.yaml (Llama-3.1-8B on
 H100-80GB, one GPU a replica, SLOs the trace's prompts allow) under ``static`` (sized for the
@@ -215,6 +216,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
+    parser.add_argument("--out", default="policies",
+                        help="results under bench/results/<out>.json, .md and <out>/ (another "
+                             "name keeps a partial run, e.g. one trace's timings, from "
+                             "replacing the full one)")
     args = parser.parse_args()
     traces = chosen_traces(parser, args.traces)
     if traces is None:
@@ -246,16 +251,16 @@ def main() -> int:
     print(checks_md)
     command = "bench/policies.py " + " ".join(sys.argv[1:])
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "policies.json").write_text(json.dumps(
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(
         {"bench": "policies", "python": platform.python_version(), "command": command,
          "spec": str(SPEC.relative_to(ROOT)), "rows": rows, "targets_60s": checks},
         indent=2) + "\n")
-    (RESULTS / "policies.md").write_text(
+    (RESULTS / f"{args.out}.md").write_text(
         f"# Policy benchmark\n\n`{command}`, seed {args.seed}; services in "
         f"`bench/policies.yaml`.\n\n## Targets at a 60 s cold start\n\n{checks_md}\n"
         f"## Every run\n{table}")
-    plots = _plots(rows, series, RESULTS / "policies")
-    for path in [RESULTS / "policies.json", RESULTS / "policies.md", *plots]:
+    plots = _plots(rows, series, RESULTS / args.out)
+    for path in [RESULTS / f"{args.out}.json", RESULTS / f"{args.out}.md", *plots]:
         print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
     return 0
 

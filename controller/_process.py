@@ -47,24 +47,33 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import Any, Literal
 
 from controller._drain import DrainConfig, Replica
+from controller._host import (
+    HttpProber,
+    Prober,
+    ProcessHandle,
+    WorkerTemplate,
+    free_loopback_port,
+    is_ours,
+    process_start_ticks,
+    signal_group,
+    spawn_process,
+    stop_pids,
+    stop_recorded,
+    sum_metric,
+    write_atomic,
+)
 from controller._interface import PoolKey
-from controller._kube import KubeRejected, KubeUnavailable, ScaleStatus
+from controller._kube import KubeRejected, ScaleStatus
 from controller._reconciler import Clock, SystemClock
 from telemetry import PodWork
 
@@ -89,227 +98,6 @@ log = logging.getLogger("pdscale.controller")
 
 # Runs in the worker's own process: wait out the cold start, then become the worker (same PID).
 _LAUNCHER = "import os,sys,time;time.sleep(float(sys.argv[1]));os.execvp(sys.argv[2],sys.argv[2:])"
-
-
-@dataclass(frozen=True)
-class WorkerTemplate:
-    """How to start one worker of a pool."""
-
-    argv: tuple[str, ...]
-    """The worker's command line; ``{port}`` and ``{name}`` are replaced per worker."""
-    name_prefix: str
-    """Workers are named ``<name_prefix>-<n>`` (pod-like; n counts up over the pool's life)."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Added to this process's environment; ``{port}`` and ``{name}`` are replaced."""
-    cold_start_s: float = 0.0
-    """Seconds between a scale-up and the worker's own start (see the module docstring)."""
-    health_path: str = "/health"
-    """Answered with 200 on ``127.0.0.1:{port}`` when the worker is ready."""
-    metrics_path: str = "/metrics"
-    load_metric: str | None = "dynamo_component_inflight_requests"
-    """Prometheus series summed over the worker's ``/metrics`` to pick the least loaded on
-    scale-down; None: newest first."""
-    scrape_labels: Mapping[str, str] = field(default_factory=dict)
-    """Labels of the pool's scrape targets (``namespace`` ...); ``pod`` is the worker's name."""
-    log_dir: Path | None = None
-    """Each worker's output goes to ``<log_dir>/<name>.log``; None: discarded."""
-    launcher_python: str = sys.executable
-    """The Python that runs the cold-start launcher (any Python 3)."""
-
-    def __post_init__(self) -> None:
-        if not self.argv:
-            raise ValueError("The 'argv' parameter of WorkerTemplate must name a command. "
-                             "Got an empty command line.")
-        if not self.cold_start_s >= 0:
-            raise ValueError("The 'cold_start_s' parameter of WorkerTemplate must be >= 0. "
-                             f"Got {self.cold_start_s!r}.")
-
-
-class ProcessHandle(Protocol):
-    @property
-    def pid(self) -> int:
-        ...
-
-    def poll(self) -> int | None:
-        ...
-
-
-class Prober(Protocol):
-    def healthy(self, port: int, template: WorkerTemplate) -> bool:
-        ...
-
-    def load(self, port: int, template: WorkerTemplate) -> float | None:
-        ...
-
-
-@dataclass(frozen=True)
-class HttpProber:
-    """Health and load over HTTP on 127.0.0.1, each call bounded by ``timeout_s``."""
-
-    timeout_s: float = 0.5
-
-    def _get(self, port: int, path: str) -> tuple[int, bytes]:
-        url = f"http://127.0.0.1:{port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                return int(resp.status), resp.read()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), b""
-        except (OSError, ValueError):
-            return 0, b""
-
-    def healthy(self, port: int, template: WorkerTemplate) -> bool:
-        return self._get(port, template.health_path)[0] == 200
-
-    def load(self, port: int, template: WorkerTemplate) -> float | None:
-        if template.load_metric is None:
-            return None
-        status, body = self._get(port, template.metrics_path)
-        if status != 200:
-            return None
-        return sum_metric(body.decode("utf-8", "replace"), template.load_metric)
-
-
-def sum_metric(exposition: str, name: str) -> float | None:
-    """The sum of every sample of ``name`` in a text exposition; None when there is none."""
-    total, seen = 0.0, False
-    for line in exposition.splitlines():
-        if not line.startswith(name):
-            continue
-        rest = line[len(name):]
-        if not rest or rest[0] not in " {":
-            continue
-        try:
-            total += float(line.rsplit(None, 1)[-1])
-            seen = True
-        except ValueError:
-            continue
-    return total if seen else None
-
-
-def free_loopback_port(low: int | None = None, high: int | None = None) -> int:
-    """A port free on 127.0.0.1 now: the kernel's pick, or one in ``[low, high]`` (Dynamo
-    reads ``DYN_SYSTEM_PORT`` as a signed 16-bit number, so its workers need ports below
-    32768, under the kernel's usual ephemeral range)."""
-    if low is None or high is None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
-    for _ in range(200):
-        port = random.randint(low, high)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise KubeUnavailable(f"no free port on 127.0.0.1 in {low}-{high} after 200 tries")
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), to
-    tell a recorded process from a later one that reuses its PID; None where unreadable."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _is_ours(pid: int, start_ticks: int | None) -> bool:
-    """True while the recorded process is alive (not a zombie) and still the same one."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":
-            return False
-    except (OSError, IndexError):
-        pass
-    return start_ticks is None or process_start_ticks(pid) in (None, start_ticks)
-
-
-def signal_group(pid: int, sig: int) -> bool:
-    """Send ``sig`` to the process group ``pid`` leads (each worker has its own session);
-    False when it is gone."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
-
-
-def spawn_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path | None,
-                  ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session with this environment plus ``env``, output to
-    ``log_path`` (appended) or discarded, standard input closed."""
-    out: IO[bytes] | int
-    if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = log_path.open("ab")
-    else:
-        out = subprocess.DEVNULL
-    try:
-        return subprocess.Popen(list(argv), env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    finally:
-        if not isinstance(out, int):
-            out.close()
-
-
-def stop_recorded(state_file: Path, clock: Clock | None = None, *,
-                  grace_s: float = 10.0) -> list[str]:
-    """Stop every worker recorded in a :class:`ProcessActuator` state file (SIGTERM, then
-    SIGKILL after ``grace_s``) from any process; returns the names of those that were
-    running. Missing file: nothing to do."""
-    try:
-        state = json.loads(state_file.read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as exc:
-        raise KubeRejected(f"{state_file}: not a readable process-actuator state file ({exc});"
-                           " stop its workers by hand (their PIDs are in it)") from exc
-    records = [(str(w["name"]), int(w["pid"]), w.get("start_ticks"))
-               for pool in state.get("pools", {}).values() for w in pool.get("workers", [])]
-    return stop_pids(records, clock or SystemClock(), grace_s=grace_s)
-
-
-def stop_pids(records: Sequence[tuple[str, int, int | None]], clock: Clock, *,
-              grace_s: float) -> list[str]:
-    """SIGTERM each (name, pid, start ticks) still ours, wait up to ``grace_s`` on ``clock``,
-    SIGKILL what is left; returns the names that were running. Our own children are reaped,
-    so nothing is left behind, not even a zombie."""
-    running = [(name, pid) for name, pid, ticks in records if _is_ours(pid, ticks)]
-    for _, pid in running:
-        signal_group(pid, signal.SIGTERM)
-    left = {pid for _, pid in running}
-    idle = threading.Event()
-    for sig, bound_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        if sig == signal.SIGKILL:
-            for pid in left:
-                signal_group(pid, signal.SIGKILL)
-        deadline = clock.now() + bound_s
-        while left:
-            left = {pid for pid in left if not _gone(pid)}
-            if not left or clock.now() >= deadline:
-                break
-            clock.wait(0.02, idle)
-    return [name for name, _ in running]
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has exited: reaped when it is our child (a process whose main thread
-    exited while others still run shows as a zombie before it can be reaped), else no longer
-    running."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return not _is_ours(pid, None)
-    return done == pid
 
 
 Phase = Literal["starting", "ready", "draining"]
@@ -339,7 +127,7 @@ class _Worker:
         """The exit status once it exited (-1 when unknown), None while it runs."""
         if self.handle is not None:
             return self.handle.poll()
-        return None if _is_ours(self.pid, self.start_ticks) else -1
+        return None if is_ours(self.pid, self.start_ticks) else -1
 
 
 @dataclass(frozen=True)
@@ -553,7 +341,7 @@ class ProcessActuator:
                 known = {w.pid for w in pool.workers}
                 for w in raw.get("workers", []):
                     ticks = w.get("start_ticks")
-                    if int(w["pid"]) in known or not _is_ours(int(w["pid"]), ticks):
+                    if int(w["pid"]) in known or not is_ours(int(w["pid"]), ticks):
                         continue
                     pool.workers.append(_Worker(
                         str(w["name"]), int(w["pid"]), int(w["port"]), float(w["created_s"]),
@@ -734,24 +522,16 @@ class ProcessActuator:
                                  "created_s": w.created_s, "start_ticks": w.start_ticks,
                                  "phase": w.phase, "terminated_s": w.terminated_s}
                                 for w in pool.workers]}
-            _write_atomic(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+            write_atomic(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         if self.targets_dir is not None:
             for key, pool in self._pools.items():
                 groups = [{"targets": [f"127.0.0.1:{w.port}"],
                            "labels": {**pool.template.scrape_labels, "pod": w.name}}
                           for w in pool.workers if w.phase != "starting"]
-                _write_atomic(self.targets_dir / targets_file_name(key),
+                write_atomic(self.targets_dir / targets_file_name(key),
                               json.dumps(groups, indent=2, sort_keys=True) + "\n")
 
 
 def targets_file_name(key: PoolKey) -> str:
     """The ``file_sd`` file of a pool under the actuator's ``targets_dir``."""
     return f"{key[0]}-{key[1].value}.json"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-

@@ -102,6 +102,17 @@ class _Forecaster(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self.t_last_ = self.t_last_ + self.resolution_s * (len(grid.values) - 1)
         return self
 
+    def _append_step(self, t_s: float, value: float) -> None:
+        """:meth:`update` with one observation, for the online loop: one resolution step after
+        the last (the usual case) it is appended as :meth:`update` would, without its input
+        validation (sklearn's costs more than the append, once a minute for every pool);
+        anything else goes through :meth:`update`."""
+        if t_s == self.t_last_ + self.resolution_s and not math.isinf(value):
+            self.values_ = np.concatenate([self.values_, [float(value)]])
+            self.t_last_ = self.t_last_ + self.resolution_s
+            return
+        self.update(np.array([[t_s]]), np.array([value]))
+
     def _validate_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[FloatArray, FloatArray]:
         """X must be finite (times); y may hold NaN (missing observations)."""
         if y is None:
@@ -139,7 +150,11 @@ class _Forecaster(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     def predict_quantiles(self, X: Any) -> FloatArray:
         """(n, len(quantiles)) forecasts at the times in X[:, 0], non-decreasing per row."""
         check_is_fitted(self)
-        steps = self._horizons(X)
+        return self._predict_steps(self._horizons(X))
+
+    def _predict_steps(self, steps: npt.NDArray[np.int64]) -> FloatArray:
+        """:meth:`predict_quantiles` at ``steps`` (validated: each at least 1) after the last
+        observation."""
         unique = np.unique(steps)
         origin = np.array([len(self.values_) - 1])
         table = self._predict_origins(self.values_, origin, unique)[0]

@@ -63,7 +63,7 @@ class OnlineForecaster:
                 del self._times[:keep], self._values[:keep]
             fitted = self.fitted
             if fitted is not None and t_s > fitted.t_last_ + fitted.resolution_s / 2:
-                fitted.update(np.array([[t_s]]), np.array([value]))
+                fitted._append_step(float(t_s), float(value))
 
     def refit_due(self, now_s: float) -> bool:
         return self.last_fit_s is None or now_s - self.last_fit_s >= self.refit_every_s
@@ -93,7 +93,13 @@ class OnlineForecaster:
             if self.fitted is None:
                 raise SeriesError("no fitted model yet: call refit() once there is history")
             started = time.perf_counter()
-            out = self.fitted.predict_quantiles(
-                self.fitted.t_last_ + np.asarray(horizons_s)[:, None])
+            fitted = self.fitted
+            # predict_quantiles' steps without its input validation (the horizons are ours).
+            times = fitted.t_last_ + np.asarray(horizons_s, dtype=np.float64)
+            steps = np.rint((times - fitted.t_last_) / fitted.resolution_s).astype(np.int64)
+            if np.any(steps < 1):
+                raise ValueError("forecast horizons must be at least one resolution step "
+                                 f"({fitted.resolution_s:g} s)")
+            out = fitted._predict_steps(steps)
             self.predict_seconds = time.perf_counter() - started
         return out

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -302,3 +304,32 @@ def test_online_updates_between_scheduled_refits() -> None:
     assert out.shape == (2, 2) and online.fit_seconds > 0 and online.predict_seconds > 0
     with pytest.raises(SeriesError, match="forward in time"):
         online.observe(t[0], 1.0)
+
+
+def test_online_fast_paths_match_update_and_predict_quantiles() -> None:
+    """The online loop appends and forecasts without sklearn's input validation; what it gets
+    is what update() and predict_quantiles() give, gaps and missing values included."""
+    from forecasting import OnlineForecaster
+
+    t, y = daily_series(3)
+    y = y.copy()
+    y[320] = np.nan
+    online = OnlineForecaster(QuantileGBForecaster(resolution_s=RES, horizons_s=(600, 1800)),
+                              refit_every_s=1e9)
+    for a, b in zip(t[:300], y[:300], strict=True):
+        online.observe(a, b)
+    reference = copy.deepcopy(online.refit(t[299]))
+    steps = [i for i in range(300, 340) if i not in (310, 311)]  # a gap of two steps
+    for i in steps:
+        online.observe(t[i], y[i])
+        reference.update(np.array([[t[i]]]), np.array([y[i]]))
+    fitted = online.fitted
+    assert fitted is not None
+    np.testing.assert_array_equal(fitted.values_, reference.values_)
+    assert fitted.t_last_ == reference.t_last_
+    horizons = np.array([600.0, 1200.0, 1800.0])
+    np.testing.assert_array_equal(online.forecast(horizons),
+                                  reference.predict_quantiles(reference.t_last_ +
+                                                              horizons[:, None]))
+    with pytest.raises(ValueError, match="at least one resolution step"):
+        online.forecast(np.array([0.0]))

@@ -1,0 +1,182 @@
+"""The spec's services and their pools: SLOs, selectors, scale targets, Dynamo settings, P:D
+ratio bounds (pdscale.spec re-exports them)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pdscale import _engines
+from pdscale._regex import regex_examples
+from pdscale._spec_types import (
+    ENGINE_HISTOGRAM_BUCKETS,
+    Duration,
+    Engine,
+    Role,
+    _Model,
+    cold_start_quantile,
+)
+
+# RE2 metacharacters; re.escape would also escape '-', which reads badly in PromQL.
+_RE_META = re.compile(r"([.^$*+?()\[\]{}|\\])")
+
+
+class SLOSpec(_Model):
+    """Latency SLOs of a service; each threshold must sit on a histogram bucket boundary."""
+
+    ttft_p95_s: float = Field(gt=0, description="Time to first token, 95th percentile, seconds")
+    itl_p95_s: float = Field(gt=0, description="Inter-token latency, 95th percentile, seconds")
+    objective: float = Field(
+        default=0.99, gt=0, lt=1, description="Share of requests that must meet both thresholds"
+    )
+    window: Duration = Field(default=30 * 86400, description="SLO compliance window")
+
+
+class PoolSelector(_Model):
+    """How to find a pool's series in Prometheus.
+
+    Kubernetes scrapes label every series with ``namespace`` and ``pod``; the pod regex (by
+    default ``<scale target name>-.*``) selects the pool's engine and DCGM GPU series alike.
+    ``match_labels`` adds exact label matchers for engine series (for labels that relabelling
+    copies from the pod, such as ``role``). ``dynamo_component`` selects Dynamo workers.
+    """
+
+    pod_regex: str | None = Field(default=None, description="Regex on the pod label")
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    dynamo_component: str | None = None
+
+
+class ScaleTarget(_Model):
+    """The Kubernetes object whose ``/scale`` subresource sets the pool's replicas."""
+
+    api_version: str = "apps/v1"
+    kind: str = "Deployment"
+    name: str
+
+
+class PoolSpec(_Model):
+    selector: PoolSelector = Field(default_factory=PoolSelector)
+    target: ScaleTarget
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    gpus_per_replica: int = Field(default=1, ge=1)
+    cold_start: Duration = Field(default=60, description="Estimated median time from a "
+                                 "scale-up to a ready replica")
+    cold_start_spread: float = Field(
+        default=0.2, ge=0, le=1.5, description="How much cold starts vary around "
+        "cold_start: the sigma of a log-normal (0.2: one in ten takes over 1.29x the median). "
+        "The controller plans with the p90 until it has timed its own cold starts; the "
+        "simulator draws every replica's cold start from it")
+    profile: str = Field(default="h100-80gb-llama-3.1-8b", min_length=1)
+
+    @property
+    def cold_start_p90_s(self) -> float:
+        """The cold start one in ten exceeds (the lead planned with before any is timed)."""
+        return cold_start_quantile(float(self.cold_start), self.cold_start_spread, 0.9)
+
+    @property
+    def pod_regex(self) -> str:
+        if self.selector.pod_regex is not None:
+            return self.selector.pod_regex
+        return _RE_META.sub(r"\\\1", self.target.name) + "-.*"
+
+    def example_pods(self, n: int = 2) -> list[str]:
+        """Up to ``n`` distinct pod names the pool's pod regex selects (for generated tests
+        and overlap checks); validation guarantees at least one."""
+        return regex_examples(self.pod_regex, n)
+
+
+class DynamoHistogram(_Model):
+    """One frontend histogram's DYN_METRICS_<TTFT|ITL>_{MIN,MAX,COUNT} as set in the
+    deployment: Dynamo's buckets are log-spaced from these, two significant digits, first
+    boundary 0."""
+
+    min: float = Field(gt=0, description="DYN_METRICS_<KIND>_MIN, seconds")
+    max: float = Field(gt=0, description="DYN_METRICS_<KIND>_MAX, seconds")
+    count: int = Field(ge=2, le=200, description="DYN_METRICS_<KIND>_COUNT")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DynamoHistogram:
+        if self.min >= self.max:
+            raise ValueError(f"expected min < max, got min {self.min:g} >= max {self.max:g}")
+        return self
+
+
+class DynamoSettings(_Model):
+    """Where a Dynamo deployment's series are: its namespace and its worker engine.
+
+    Only the workers' own ``dynamo_component_*`` series carry ``dynamo_namespace``; the
+    frontend's carry only ``model`` (Dynamo 1.6.1), so frontend signals are selected by the
+    service's ``namespace`` (from the scrape) and ``model``."""
+
+    namespace: str = Field(min_length=1, description="Value of the dynamo_namespace label on "
+                           "the workers' dynamo_component_* series")
+    backend: Literal["vllm", "sglang"] = "vllm"
+    histograms: dict[Literal["ttft", "itl"], DynamoHistogram] = Field(
+        default_factory=dict, description="The frontend's DYN_METRICS_TTFT_* / DYN_METRICS_ITL_* "
+        "settings where the deployment sets them (default: Dynamo's, TTFT MIN 0.001 MAX 480 "
+        "COUNT 18, ITL MIN 0.001 MAX 80 COUNT 20)")
+
+
+class RatioBounds(_Model):
+    """Bounds on prefill replicas per decode replica. Enforced by raising the short pool,
+    never by removing replicas, so a bound cannot cost SLO."""
+
+    min: float | None = Field(default=None, gt=0, description="Lowest prefill:decode ratio")
+    max: float | None = Field(default=None, gt=0, description="Highest prefill:decode ratio")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatioBounds:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"expected min <= max, got min {self.min:g} > max {self.max:g}")
+        return self
+
+
+class ServiceSpec(_Model):
+    name: str
+    namespace: str
+    engine: Engine
+    model_name: str = Field(min_length=1)
+    slo: SLOSpec
+    priority: float = Field(default=1.0, gt=0, description="Weight in the shared GPU budget")
+    dynamo: DynamoSettings | None = None
+    pd_ratio: RatioBounds | None = Field(
+        default=None, description="Optional bounds on prefill replicas per decode replica")
+    histogram_buckets: dict[Literal["ttft", "itl"], tuple[float, ...]] = Field(
+        default_factory=dict,
+        description="Override the engine's latency buckets when the engine was started with "
+        "custom ones",
+    )
+    scrape_labels: tuple[str, ...] = Field(
+        default=_engines.POD_MONITOR_LABELS,
+        description="Labels your scrape configuration puts on every series of the pools' pods "
+        "(default: a PodMonitor's). The engines emit no namespace or pod label: pool "
+        "selectors may use only these and the engine's own labels; add any label your "
+        "relabelling copies from the pod (e.g. a role label used in match_labels)")
+    pools: dict[Role, PoolSpec]
+
+    def buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...] | None:
+        """The latency histogram buckets for this service, or None where not known."""
+        if kind in self.histogram_buckets:
+            return self.histogram_buckets[kind]
+        if self.engine is Engine.DYNAMO:
+            return self.frontend_buckets(kind)
+        return ENGINE_HISTOGRAM_BUCKETS[self.engine].get(kind)
+
+    def frontend_buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...]:
+        """The buckets Dynamo's frontend exports: from its DYN_METRICS_* settings (declared in
+        ``dynamo.histograms``), else Dynamo's defaults."""
+        setting = self.dynamo.histograms.get(kind) if self.dynamo is not None else None
+        lo, hi, count = (setting.min, setting.max, setting.count) if setting is not None \
+            else _engines.DYNAMO_BUCKET_DEFAULTS[kind]
+        return _engines.dynamo_buckets(lo, hi, count)
+
+    @property
+    def prefill(self) -> PoolSpec:
+        return self.pools[Role.PREFILL]
+
+    @property
+    def decode(self) -> PoolSpec:
+        return self.pools[Role.DECODE]

@@ -1,0 +1,317 @@
+"""The spec's settings beside its services: alert thresholds and rules, dashboards, the
+controller, the webhook's reactions (pdscale.spec re-exports them)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from pdscale._spec_types import Duration, _Model, parse_duration
+
+
+class Tier(_Model):
+    value: float
+    for_: Duration = Field(alias="for")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TieredThreshold(_Model):
+    """A warning and a critical level of one alert; higher values are worse."""
+
+    warning: Tier
+    critical: Tier
+
+
+def _tiers(warning: float, warning_for: str, critical: float, critical_for: str) -> Any:
+    return Field(
+        default_factory=lambda: TieredThreshold(
+            warning=Tier(value=warning, for_=parse_duration(warning_for)),
+            critical=Tier(value=critical, for_=parse_duration(critical_for)),
+        )
+    )
+
+
+class AlertThresholds(_Model):
+    """Per-alert tiers. Units are in each field's docstring; every threshold rises with
+    severity, so critical.value must be more than warning.value."""
+
+    ttft_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
+    """TTFT p95 as a multiple of the SLO threshold."""
+    itl_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
+    """ITL p95 as a multiple of the SLO threshold."""
+    queue_backlog: TieredThreshold = _tiers(5, "10m", 20, "3m")
+    """Waiting requests per ready replica (llm-d saturates at 5)."""
+    queue_growing: TieredThreshold = _tiers(0.05, "15m", 0.5, "5m")
+    """Growth of the waiting queue, requests per second, over 10 minutes."""
+    prefix_cache_hit_drop: TieredThreshold = _tiers(0.3, "15m", 0.6, "5m")
+    """Relative drop of the prefix-cache hit rate below its trailing baseline (0-1)."""
+    kv_cache_usage: TieredThreshold = _tiers(0.9, "10m", 0.97, "3m")
+    """KV-cache usage of the fullest replica (0-1)."""
+    preemptions: TieredThreshold = _tiers(0.1, "10m", 1.0, "5m")
+    """Preemptions per second across the pool."""
+    error_ratio: TieredThreshold = _tiers(0.01, "10m", 0.05, "5m")
+    """Share of requests that fail."""
+    kv_transfer_failures: TieredThreshold = _tiers(0, "10m", 0.1, "5m")
+    """P/D KV transfers (or hand-offs) failing per second across the pool: any sustained
+    failure warns; vLLM NIXL failed transfers / expired requests, SGLang transfer / bootstrap
+    failures."""
+    gpu_memory: TieredThreshold = _tiers(0.97, "15m", 0.99, "5m")
+    """Framebuffer memory used on the fullest GPU (0-1); engines preallocate about 0.9."""
+    gpu_temperature: TieredThreshold = _tiers(85, "10m", 92, "5m")
+    """Hottest GPU of the pool, degrees Celsius."""
+    target_down: TieredThreshold = _tiers(0.25, "10m", 0.5, "5m")
+    """Share of the pool's scrape targets that are down."""
+    scaling_stuck: TieredThreshold = _tiers(3, "0s", 6, "0s")
+    """Desired above ready for longer than this multiple of the pool's cold start (the `for`
+    of each tier is computed from it; the durations given here are ignored)."""
+    control_plane_stale: TieredThreshold = _tiers(120, "5m", 600, "5m")
+    """Seconds since the controller's last decision, or age of its input data."""
+    metrics_absent_for: TieredThreshold = _tiers(0, "10m", 0, "30m")
+    """Only the durations are used: how long a pool's signal group (latency, queue, KV,
+    tokens, errors, GPU) may be missing before LLMPoolMetricsAbsent fires for it."""
+    xid_error: TieredThreshold = _tiers(0, "1m", 0, "1m")
+    """Only the durations are used: warning on any XID code, critical on xid_critical_codes."""
+    xid_critical_codes: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95, 119, 120)
+    """XID codes that page (double-bit ECC, row remapping, NVLink, fell off the bus, GSP)."""
+    burn_rate_factors: tuple[float, float, float, float] = (14.4, 6.0, 3.0, 1.0)
+    """Multi-window burn-rate factors for 1h/5m, 6h/30m, 1d/2h, 3d/6h (Google SRE workbook)."""
+    drain_timeouts: TieredThreshold = _tiers(1, "1m", 3, "1m")
+    """Scale-down drains of the pool in a row that ended at controller.drain.timeout with
+    work still on the replica (generated only with controller.drain.enabled)."""
+
+
+class PrometheusRuleSettings(_Model):
+    name: str = "pdscale"
+    namespace: str = "monitoring"
+    labels: dict[str, str] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
+
+
+class WebhookSettings(_Model):
+    url: str = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
+    receiver: str = "pdscale"
+    send_resolved: bool = True
+    credentials_file: str | None = Field(
+        default=None, description="Bearer token file as mounted in Alertmanager (its "
+        "http_config.authorization.credentials_file); must hold the token the controller reads "
+        "from reactions.auth")
+
+
+class AlertSettings(_Model):
+    extra_labels: dict[str, str] = Field(default_factory=dict)
+    runbook_url_pattern: str = Field(
+        default="https://github.com/pdscale/pdscale/blob/main/docs/runbooks.md#{alertname}",
+        description="'{alertname}' is replaced by the lower-cased alert name",
+    )
+    thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+    prometheus_rule: PrometheusRuleSettings = Field(default_factory=PrometheusRuleSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    evaluation_interval: Duration = 30
+    prefix_cache_baseline: Duration = Field(
+        default=86400, description="Trailing window of the prefix-cache hit-rate baseline"
+    )
+
+    def runbook_url(self, alertname: str) -> str:
+        return self.runbook_url_pattern.replace("{alertname}", alertname.lower())
+
+
+class ConfigMapSettings(_Model):
+    namespace: str = "monitoring"
+    labels: dict[str, str] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
+
+
+class DashboardSettings(_Model):
+    uid_prefix: str = Field(default="pdscale", pattern=r"^[a-zA-Z0-9_-]{1,24}$")
+    title_prefix: str = "pdscale"
+    tags: tuple[str, ...] = ("pdscale", "llm")
+    refresh: str = "30s"
+    time_from: str = "now-6h"
+    folder: str = "pdscale"
+    configmap: ConfigMapSettings = Field(default_factory=ConfigMapSettings)
+
+
+class PrometheusSettings(_Model):
+    """Where the controller reads its signals, and how it authenticates."""
+
+    url: str = Field(default="http://prometheus-operated.monitoring.svc:9090",
+                     description="Prometheus (or a PromQL-compatible store) base URL")
+    timeout: Duration = Field(default=5, ge=1, description="Timeout of every query")
+    stale_after: Duration = Field(default=120, ge=1,
+                                  description="A series older than this counts as missing")
+    bearer_token_file: str | None = Field(
+        default=None, description="Token file, re-read when it changes")
+    basic_auth_file: str | None = Field(
+        default=None, description="File holding 'user:password', re-read when it changes")
+    ca_bundle: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict,
+                                    description="Extra headers, e.g. X-Scope-OrgID for Mimir")
+    history: Duration = Field(default=3 * 86400,
+                              description="History fetched at start-up to warm the forecasters")
+
+
+class LeaderElectionSettings(_Model):
+    enabled: bool = True
+    lease_name: str = "pdscale-leader"
+    namespace: str | None = Field(
+        default=None, description="Namespace of the Lease; default: the controller's own "
+        "(POD_NAMESPACE), else 'pdscale-system'")
+    lease_duration: Duration = Field(default=15, ge=2,
+                                     description="A standby takes over after this long")
+    renew_every: Duration = Field(default=5, ge=1, description="How often the leader renews")
+
+    @model_validator(mode="after")
+    def _renews_in_time(self) -> LeaderElectionSettings:
+        if self.renew_every * 2 > self.lease_duration:
+            raise ValueError(f"expected renew_every at most half of lease_duration, got "
+                             f"{self.renew_every}s and {self.lease_duration}s")
+        return self
+
+
+class ScaleDownDrainSettings(_Model):
+    """How a scale-down is reached (``controller.drain``): choose the replica with the least
+    work, take it out of routing (``reactions.drain``'s label), wait until its in-flight
+    requests finish, then remove that replica. Off by default: it needs pod get, list and
+    patch rights (the opt-in ``deploy/scale-down-drain`` component); without it pdscale
+    writes the smaller replica count and Kubernetes picks the pod."""
+
+    enabled: bool = Field(default=False, description="Drain replicas before removing them "
+                          "(needs pod get/list/patch: deploy/scale-down-drain)")
+    timeout: Duration = Field(
+        default=300, ge=1, description="Most time a replica may drain; then it is removed "
+        "with whatever it still holds (recorded, and PDScaleDrainTimingOut when it repeats)")
+    settle: Duration = Field(
+        default=10, ge=0, description="Routing changes take this long to reach every router: "
+        "a replica counts as idle only on samples taken this long after it left routing")
+    stop_routing: bool = Field(
+        default=True, description="Take the chosen replica out of routing with the serving "
+        "label and wait for it to drain; false where routing does not follow a selector on "
+        "that label (Dynamo's Kubernetes discovery follows its operator's Services): the "
+        "least-loaded replica is then removed at once and drains in its own SIGTERM handler "
+        "within the pod's grace period")
+
+
+class ControllerSettings(_Model):
+    """How the in-cluster controller runs (``pdscale run``)."""
+
+    mode: Literal["act", "recommend"] = Field(
+        default="act", description="act: scale the targets; recommend: only export "
+        "pdscale_desired_replicas for KEDA or HPA to act on (pdscale generate recommend)")
+    dry_run: bool = Field(default=False, description="Decide and record, never write")
+    tick: Duration = Field(default=15, ge=1, description="Decision interval")
+    scale_up_quantile: float = Field(
+        default=0.9, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
+        "higher buys attainment with GPU-hours (the README's cost-matched comparison shows "
+        "the trade on production traces)")
+    stabilisation: Duration = Field(default=300,
+                                    description="Need must stay lower this long to scale down")
+    max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
+    drain_time: Duration = Field(default=60, ge=1,
+                                 description="Reactive path: drain the backlog within this")
+    refit_every: Duration = Field(default=900, ge=60, description="Forecaster refit interval")
+    burst_window: Duration = Field(
+        default=900, ge=0, description="How long the load a burst needed is held: a peak "
+        "envelope whole for a third of this, then halving every third (that half-life "
+        "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
+        "window; bursts that came recently come again; 0 turns it off)")
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    drain: ScaleDownDrainSettings = Field(default_factory=ScaleDownDrainSettings)
+
+
+class ReactionAction(StrEnum):
+    SCALE_UP = "scale_up"
+    HOLD_SCALE_DOWN = "hold_scale_down"
+    DRAIN_INSTANCE = "drain_instance"
+    NOTIFY_ONLY = "notify_only"
+
+
+class ReactionRule(_Model):
+    """An alert that matches (every label in ``match`` equal, every ``match_re`` a full RE2/
+    Python regex match) triggers ``action`` on the alert's pool (its ``pdscale_service`` and
+    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``."""
+
+    match: dict[str, str] = Field(default_factory=dict)
+    match_re: dict[str, str] = Field(default_factory=dict)
+    action: ReactionAction
+    step: int | None = Field(default=None, ge=1, description="scale_up: add this many")
+    to: int | None = Field(default=None, ge=1, description="scale_up: to at least this many")
+    hold: Duration = Field(default=900, description="hold_scale_down / scale_up: how long "
+                           "scale-down stays held unless the alert resolves first")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReactionRule:
+        if self.action is ReactionAction.SCALE_UP and (self.step is None) == (self.to is None):
+            raise ValueError("expected exactly one of 'step' or 'to' for scale_up")
+        if self.action is not ReactionAction.SCALE_UP and (self.step or self.to):
+            raise ValueError(f"'step' and 'to' apply to scale_up only, not {self.action.value}")
+        for label, pattern in self.match_re.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"match_re.{label}: invalid regex {pattern!r}: {exc}") from exc
+        if not self.match and not self.match_re:
+            raise ValueError("expected at least one label in 'match' or 'match_re' (a rule "
+                             "matching every alert is almost certainly a mistake)")
+        return self
+
+
+class WebhookAuth(_Model):
+    bearer_token_file: str | None = Field(default=None,
+                                          description="Token file, re-read when it changes")
+    bearer_token_env: str | None = Field(default=None,
+                                         description="Environment variable holding the token")
+    basic_auth_file: str | None = Field(default=None,
+                                        description="File holding 'user:password'")
+    allow_unauthenticated: bool = Field(
+        default=False, description="Serve the webhook without authentication on a non-loopback "
+        "address (anyone who reaches the port can then scale and drain pools); without it, "
+        "pdscale run disables the webhook there and says so")
+
+
+class DrainSettings(_Model):
+    """How drain_instance takes a pod out of serving: set a label that the pool's Service and
+    the workload's selector match on, so traffic stops and the workload starts a replacement."""
+
+    label: str = "pdscale.io/serving"
+    value: str = "drained"
+
+
+def _default_reactions() -> tuple[ReactionRule, ...]:
+    return (
+        ReactionRule(match={"alertname": "LLMGPUXidError", "severity": "critical"},
+                     action=ReactionAction.DRAIN_INSTANCE),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMTimeToFirstTokenHigh|LLMInterTokenLatencyHigh|"
+                               "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
+                               ".*SLOBudgetBurn"},
+                     action=ReactionAction.SCALE_UP, step=2, hold=900),
+        # Missing inputs of the controller (latency, queue, tokens) hold; a missing group it
+        # does not read (kv, errors, gpu: a cluster without DCGM has no gpu group) only pages.
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent", "severity": "critical"},
+                     match_re={"signal_group": "latency|queue|tokens"},
+                     action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
+        ReactionRule(match={"alertname": "LLMPoolMetricsAbsent"},
+                     action=ReactionAction.NOTIFY_ONLY),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMPoolTargetDown|PDScaleControlPlaneDegraded|"
+                               "LLMErrorRateHigh"},
+                     action=ReactionAction.HOLD_SCALE_DOWN, hold=1800),
+    )
+
+
+class ReactionSettings(_Model):
+    """What the Alertmanager webhook does with the alerts it receives."""
+
+    enabled: bool = Field(default=True, description="Global kill switch: false records "
+                          "alerts but takes no action")
+    dry_run: bool = Field(default=False, description="Record what would be done, do nothing")
+    cooldown: Duration = Field(default=120, description="Least time between actions on a pool")
+    max_actions: int = Field(default=10, ge=0, description="Most actions per window, all pools")
+    window: Duration = Field(default=600, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    auth: WebhookAuth = Field(default_factory=WebhookAuth)
+    drain: DrainSettings = Field(default_factory=DrainSettings)
+    rules: tuple[ReactionRule, ...] = Field(default_factory=_default_reactions)
