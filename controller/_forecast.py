@@ -52,7 +52,7 @@ class ForecastStage:
     """The online forecasters of every pool, their refits and a forecast cache."""
 
     def __init__(self, leads_s: Mapping[PoolKey, float], settings: ControllerSettings, *,
-                 resolution_s: float = 60.0, min_history_s: float = 3600.0,
+                 resolution_s: float = 60.0, min_history_s: float = 1800.0,
                  forecast_every_s: float = 120.0,
                  make: Callable[[], OnlineForecaster] | None = None) -> None:
         """``leads_s``: each pool's lead until the policy says otherwise (its default cold
