@@ -10,7 +10,7 @@ each tick and keeps each pool's state (its capacity model, cold-start tracker an
 2. forecast (:mod:`controller._forecast`): the demand at the scale-up quantile over
    [now, now + lead], lead = the pool's learned cold-start p90 + one tick;
 3. size (:mod:`controller._sizing`, pure): the replicas the load needs, with the
-   recent-burst floor and the reactive path;
+   burst hold, a prefill burst's backlog and the reactive path;
 4. stabilise and bound (:mod:`controller._stabilise`, pure): up at once, down after the
    window and in steps, within min and max.
 

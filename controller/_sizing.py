@@ -93,7 +93,7 @@ class Need:
 
 
 def _load(x: SizingInputs) -> tuple[float, float, float | None]:
-    """(load sized for before the burst floor, the waiting sequences' load, sequences)."""
+    """(load sized for before the burst hold, the waiting sequences' load, sequences)."""
     load = max(x.demand, x.forecast) if x.forecast is not None else x.demand
     if x.role is not Role.DECODE or x.running is None:
         return load, 0.0, None
