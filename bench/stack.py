@@ -942,9 +942,9 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
     """The window through the event simulator with the mocker's profile, replaying the run's
     replica schedule; the simulator's summary fields plus TTFT p90 and a timeline."""
     from pdscale.spec import load_spec
-    from simulator._event import EventSimulator
-    from simulator._runner import attach_loop, finish_loop
+    from simulator._runner import EventWorld
     from simulator._simulate import SimOptions, _setup
+    from simulator._world import run_world
 
     spec = load_spec(spec_path)
     service = spec.services[0]
@@ -952,14 +952,15 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
     schedule = Schedule(tuple((float(t), int(n)) for t, n in sched["prefill"]),
                         tuple((float(t), int(n)) for t, n in sched["decode"]))
     initial = {r: schedule.at(r, 0.0) for r in Role}
+    setup = _setup(service, SimOptions(cold_start_s=float(row["cold_start_s"])), initial,
+                   tick_s=SIM_TICK_S)
+    # The stack's replicas start in a fixed time: no spread around it in the replay.
     setup = dataclasses.replace(
-        _setup(service, SimOptions(cold_start_s=float(row["cold_start_s"])), initial),
-        tick_s=SIM_TICK_S)
-    started = time.perf_counter()
-    sim = EventSimulator(setup, trace)
-    loop = attach_loop(sim, SchedulePolicy(service.name, schedule))
-    sim.run()
-    result = finish_loop(sim, loop, time.perf_counter() - started)
+        setup, prefill=dataclasses.replace(setup.prefill, cold_start_spread=0.0),
+        decode=dataclasses.replace(setup.decode, cold_start_spread=0.0))
+    world = EventWorld(setup, trace)
+    result = run_world(world, SchedulePolicy(service.name, schedule))
+    sim = world.sim
     s = result.summary
     ttft = sim.first_token - sim.arrival
     finished = ~np.isnan(sim.finish)
