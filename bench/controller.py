@@ -112,14 +112,35 @@ def _standin(services: int, port_out: Any, stop: Any) -> None:
     server.shutdown()
 
 
+def _warm_and_fit(forecasts: Any, history_h: float, now: float) -> float:
+    """Warm every pool's forecaster with ``history_h`` hours of synthetic per-minute demand
+    (a daily cycle with noise), fit it and compute its forecast, as Controller.warm() does
+    before ready; returns the CPU seconds that took."""
+    import numpy as np
+
+    from pdscale.spec import Role
+
+    n = int(history_h * 60)
+    times = [now - 60 * (n - i) for i in range(n)]
+    rng = np.random.default_rng(0)
+    fit_started = time.process_time()
+    for key in forecasts.forecasters:
+        base = 150_000.0 if key[1] is Role.PREFILL else 20_000.0
+        series = base * (1 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 1440)) * \
+            rng.lognormal(0, 0.05, n)
+        forecasts.warm(key, times, [float(v) for v in series])
+        forecasts.refit(key, now)
+        forecasts.refresh_forecast(key, now)
+    return time.process_time() - fit_started
+
+
 def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
              profile: bool = False) -> dict[str, Any]:
-    import numpy as np
     from kubernetes import client as k8s
 
     from controller._reconciler import SystemClock
     from controller._runtime import Controller, reader_from_spec
-    from pdscale.spec import Role, parse_spec
+    from pdscale.spec import parse_spec
     from tests.conftest import free_port
     from tests.e2e.prom import prometheus
 
@@ -148,18 +169,7 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
             rec = controller.reconciler
             forecasts = controller.forecasts
             now = time.time()
-            n = int(history_h * 60)
-            times = [now - 60 * (n - i) for i in range(n)]
-            rng = np.random.default_rng(0)
-            fit_started = time.process_time()
-            for key in forecasts.forecasters:
-                base = 150_000.0 if key[1] is Role.PREFILL else 20_000.0
-                series = base * (1 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 1440)) * \
-                    rng.lognormal(0, 0.05, n)
-                forecasts.warm(key, times, [float(v) for v in series])
-                forecasts.refit(key, now)
-                forecasts.refresh_forecast(key, now)  # as Controller.warm() does before ready
-            fit_s = time.process_time() - fit_started
+            fit_s = _warm_and_fit(forecasts, history_h, now)
             # As Controller.warm() does before the controller is ready: the Kubernetes client
             # builds its validators on first use (dry-run calls here, reported on their own).
             primed = time.perf_counter()
@@ -249,28 +259,16 @@ def _memory_world(spec: Any, now: float) -> Any:
 
 def run_memory_case(pools: int, ticks: int, history_h: float) -> dict[str, Any]:
     """The controller's own tick, refits and memory without Prometheus or Kubernetes."""
-    import numpy as np
 
     from controller import Constraints, Reconciler, build_forecasts, build_policy
-    from pdscale.spec import Role, parse_spec
+    from pdscale.spec import parse_spec
     from telemetry import ControllerTelemetry
 
     spec = parse_spec(_spec_text(pools // 2))
     forecasts = build_forecasts(spec)
     policy = build_policy(spec, forecasts=forecasts)
     now = time.time()
-    n = int(history_h * 60)
-    times = [now - 60 * (n - i) for i in range(n)]
-    rng = np.random.default_rng(0)
-    fit_started = time.process_time()
-    for key in forecasts.forecasters:
-        base = 150_000.0 if key[1] is Role.PREFILL else 20_000.0
-        series = base * (1 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 1440)) * \
-            rng.lognormal(0, 0.05, n)
-        forecasts.warm(key, times, [float(v) for v in series])
-        forecasts.refit(key, now)
-        forecasts.refresh_forecast(key, now)
-    fit_s = time.process_time() - fit_started
+    fit_s = _warm_and_fit(forecasts, history_h, now)
     world = _memory_world(spec, now)
 
     start = now
