@@ -41,9 +41,14 @@ from policies import RESULTS, SHARED, SPEC, TRACES, chosen_traces  # noqa: E402
 
 COLD_START_S = 60.0
 SETTINGS: dict[str, list[dict[str, float]]] = {
-    "pdscale": [{"scale_up_quantile": 0.97, "burst_window": 3600, "stabilisation": 600}, {},
-                {"scale_up_quantile": 0.75, "burst_window": 300},
-                {"burst_window": 180, "stabilisation": 60, "max_step_down": 8},
+    # pdscale's settings spell out the three knobs the defaults set (quantile 0.97, 60-minute
+    # burst window, 10-minute stabilisation), so each point means the same when they change.
+    "pdscale": [{"scale_up_quantile": 0.99, "burst_window": 7200, "stabilisation": 900},
+                {},
+                {"scale_up_quantile": 0.9, "burst_window": 900, "stabilisation": 300},
+                {"scale_up_quantile": 0.75, "burst_window": 300, "stabilisation": 300},
+                {"scale_up_quantile": 0.9, "burst_window": 180, "stabilisation": 60,
+                 "max_step_down": 8},
                 {"scale_up_quantile": 0.6, "burst_window": 0, "stabilisation": 60,
                  "max_step_down": 8}],
     "reactive": [{"target": 0.3}, {"target": 0.45}, {}, {"target": 0.8}],

@@ -202,10 +202,10 @@ class ControllerSettings(_Model):
     dry_run: bool = Field(default=False, description="Decide and record, never write")
     tick: Duration = Field(default=15, ge=1, description="Decision interval")
     scale_up_quantile: float = Field(
-        default=0.9, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
+        default=0.97, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
         "higher buys attainment with GPU-hours (the README's cost-matched comparison shows "
         "the trade on production traces)")
-    stabilisation: Duration = Field(default=300,
+    stabilisation: Duration = Field(default=600,
                                     description="Need must stay lower this long to scale down")
     max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
     drain_time: Duration = Field(default=60, ge=1,
@@ -215,7 +215,7 @@ class ControllerSettings(_Model):
         "minute's demand still reaches the fitted model as an online update; 30 minutes keeps "
         "1,000 pools' refits with 3 days of history under a quarter of a core)")
     burst_window: Duration = Field(
-        default=900, ge=0, description="How long the load a burst needed is held: a peak "
+        default=3600, ge=0, description="How long the load a burst needed is held: a peak "
         "envelope whole for a third of this, then halving every third (that half-life "
         "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
         "window; bursts that came recently come again; 0 turns it off)")
