@@ -62,14 +62,65 @@ def _spec_text(services: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _exporter(spec: Any) -> tuple[ThreadingHTTPServer, int]:
-    from controller._cluster import POLICY_SIGNALS
-    from pdscale.spec import Role
-    from telemetry import recorded_name
+def _wait_scraped(url: str, series: int, timeout_s: float = 60.0) -> None:
+    """Wait until Prometheus holds the exporter's series for every pool (its first scrape can
+    take seconds on a busy machine; a fixed sleep raced it and the ticks read nothing)."""
+    import urllib.parse
+    import urllib.request
 
-    values = {"prompt_tokens_per_s": 150_000.0, "generation_tokens_per_s": 20_000.0,
-              "prefix_cache_hit_ratio": 0.3, "ttft_p95_s": 0.3, "itl_p95_s": 0.03,
-              "queue_depth": 1.0, "request_rate": 60.0}
+    from telemetry import Signal, recorded_name
+
+    query = urllib.parse.quote(f"count({recorded_name(Signal.SAMPLE_AGE_S)})")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"{url}/api/v1/query?query={query}", timeout=5) as resp:
+            result = json.load(resp)["data"]["result"]
+        if result and float(result[0]["value"][1]) >= series:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"Prometheus at {url} has not scraped the benchmark's exporter "
+                             f"within {timeout_s:.0f}s: see its log in the work directory")
+        time.sleep(0.5)
+
+
+def _check_read(decisions: Any) -> None:
+    """Every pool's decision must come from data read this tick: a degraded pool means the
+    benchmark's source did not serve what the policy reads, and its figures would measure a
+    controller that holds every pool."""
+    degraded = [f"{k[0]}/{k[1].value}" for k, r in decisions.items()
+                if str(getattr(r, "cause", "")) == "degraded"]
+    if degraded:
+        raise SystemExit(f"{len(degraded)} pools degraded (their signals were not read), e.g. "
+                         f"{degraded[0]}: {decisions[next(iter(decisions))].reasons[0]}")
+
+
+def _signal_values() -> dict[Any, float]:
+    """Every signal the policy reads, with a plausible steady value (the exporter's and the
+    in-memory world's). A signal the policy reads and this table lacks is an error here, not
+    a benchmark of a controller that reads nothing (the catalog grows)."""
+    from controller._cluster import POLICY_SIGNALS
+    from telemetry import Signal
+
+    values = {Signal.PROMPT_TOKENS_PER_S: 150_000.0, Signal.GENERATION_TOKENS_PER_S: 20_000.0,
+              Signal.PREFIX_CACHE_HIT_RATIO: 0.3, Signal.TTFT_P95_S: 0.3,
+              Signal.ITL_P95_S: 0.03, Signal.QUEUE_DEPTH: 1.0, Signal.REQUEST_RATE: 60.0,
+              Signal.PROMPT_TOKENS_COMPUTED_PER_S: 105_000.0}
+    missing = [s.value for s in POLICY_SIGNALS if s not in values]
+    if missing:
+        raise SystemExit(f"bench/controller.py has no value for the policy's signals "
+                         f"{', '.join(missing)}: add them to _signal_values()")
+    return values
+
+
+def _exporter(spec: Any) -> tuple[ThreadingHTTPServer, int]:
+    from controller._cluster import HEALTH_SIGNALS, POLICY_SIGNALS
+    from pdscale.spec import Role
+    from telemetry import Signal, recorded_name
+
+    values = {sig.value: v for sig, v in _signal_values().items()}
+    # The health series: every pool's one target up, its newest sample fresh (the data
+    # health check holds a pool whose engines it cannot see).
+    health = {Signal.SAMPLE_AGE_S: 0.0, Signal.TARGETS_UP: 1.0, Signal.TARGETS: 1.0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -77,9 +128,9 @@ def _exporter(spec: Any) -> tuple[ThreadingHTTPServer, int]:
             out = []
             for svc in spec.services:
                 for role in Role:
-                    for sig in POLICY_SIGNALS:
-                        base = values[sig.value]
-                        v = base * (1 + 0.2 * math.sin(t / 60 + hash(svc.name) % 7))
+                    for sig in POLICY_SIGNALS + HEALTH_SIGNALS:
+                        v = health[sig] if sig in health else values[sig.value] * (
+                            1 + 0.2 * math.sin(t / 60 + hash(svc.name) % 7))
                         out.append(f'{recorded_name(sig)}{{namespace="llm",model_name="llama",'
                                    f'pdscale_service="{svc.name}",pdscale_pool="{role.value}"}}'
                                    f" {v:.4f}")
@@ -160,7 +211,7 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
                                       "static_configs": [{"targets": [
                                           f"127.0.0.1:{exporter_port}"]}]}]}
         with prometheus(config, workdir, free_port()) as url:
-            time.sleep(3)  # a few scrapes
+            _wait_scraped(url, len(spec.services) * 2)
             kconf = k8s.Configuration(host=f"http://127.0.0.1:{port.value}")
             kconf.retries = False
             api = k8s.ApiClient(kconf)
@@ -207,6 +258,7 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
             busy_cpu, busy_wall, _ = timed(ticks)
             report = rec.last_tick
             assert report is not None
+            _check_read(report.decisions)
             forecasts = sum(1 for r in report.decisions.values()
                             if r.detail.get("forecast") is not None)
             rec.close()
@@ -237,10 +289,8 @@ def _memory_world(spec: Any, now: float) -> Any:
     from controller import Observation, PoolObservation, PoolReplicas, SourceResult
     from telemetry import Signal
 
-    values = {Signal.PROMPT_TOKENS_PER_S: 150_000.0, Signal.GENERATION_TOKENS_PER_S: 20_000.0,
-              Signal.PREFIX_CACHE_HIT_RATIO: 0.3, Signal.TTFT_P95_S: 0.3,
-              Signal.ITL_P95_S: 0.03, Signal.QUEUE_DEPTH: 1.0, Signal.REQUEST_RATE: 60.0,
-              Signal.MEAN_PROMPT_TOKENS: 2500.0, Signal.MEAN_OUTPUT_TOKENS: 333.0}
+    values = {**_signal_values(), Signal.MEAN_PROMPT_TOKENS: 2500.0,
+              Signal.MEAN_OUTPUT_TOKENS: 333.0}
     keys = [(svc.name, role) for svc in spec.services for role in svc.pools]
 
     class World:
@@ -302,6 +352,8 @@ def run_memory_case(pools: int, ticks: int, history_h: float) -> dict[str, Any]:
     forecasts.forecast_every_s = 1.0
     busy_cpu, busy_wall = timed(ticks)
     rec.close()
+    if rec.last_tick is not None:
+        _check_read(rec.last_tick.decisions)
     return {"pools": pools, "ticks": ticks, "history_h": history_h, "source": "memory",
             "tick_cpu_ms_p50": statistics.median(cpu) * 1000,
             "tick_cpu_ms_max": max(cpu) * 1000, "kube_prime_s": 0.0,
@@ -338,6 +390,10 @@ def main() -> int:
     parser.add_argument("--source", choices=["prometheus", "memory"], default="prometheus",
                         help="memory: an in-process source and actuator instead of a real "
                              "Prometheus and the Kubernetes stand-in")
+    parser.add_argument("--out", default=None,
+                        help="results under bench/results/<out>.json (default: controller, or "
+                        "controller-memory with --source memory); another name keeps a trial "
+                        "run from replacing the recorded one")
     args = parser.parse_args()
     if args.source == "prometheus" and shutil.which("prometheus") is None:
         print("bench/controller.py needs the prometheus binary: run scripts/system-deps.sh",
@@ -371,8 +427,8 @@ def main() -> int:
               "targets": {"tick_cpu_ms_100_pools": 200, "peak_rss_mb_100_pools": 300,
                           "tick_cpu_ms_1000_pools": 1000, "refit_cycle_core_share": 0.25,
                           "peak_rss_mb_1000_pools": 1024}}
-    out = ROOT / "bench" / "results" / ("controller.json" if args.source == "prometheus"
-                                        else "controller-memory.json")
+    name = args.out or ("controller" if args.source == "prometheus" else "controller-memory")
+    out = ROOT / "bench" / "results" / f"{name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     return 0

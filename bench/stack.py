@@ -154,7 +154,7 @@ controller:
   prometheus: {url: "http://127.0.0.1:9", timeout: 2s, stale_after: 30s, history: 1h}
 """
 """The benchmark's service: the loopback stack's names, pdscale's default controller settings
-(15 s tick, 300 s stabilisation), pools of 1 to ``--max-replicas`` workers."""
+(15 s tick), pools of 1 to ``--max-replicas`` workers."""
 
 
 # -- options ---------------------------------------------------------------------------------

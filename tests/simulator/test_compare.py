@@ -49,7 +49,7 @@ def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> 
     tuned = spec.model_copy(update={"controller": spec.controller.model_copy(update={
         "scale_up_quantile": 0.8, "stabilisation": 120, "burst_window": 0, "max_step_down": 5,
         "tick": 10})})
-    for which, expect in ((spec, (0.9, 300.0, 900.0, 2, 15.0)),
+    for which, expect in ((spec, (0.97, 600.0, 3600.0, 2, 15.0)),
                           (tuned, (0.8, 120.0, 0.0, 5, 10.0))):
         prepared = prepare(which, SimOptions(policy="pdscale", duration_s=600.0))
         policy = prepared.policy
