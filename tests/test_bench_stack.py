@@ -206,6 +206,11 @@ def test_targets_compare_pdscale_with_the_smallest_static_that_reaches_99() -> N
     assert check["attainment_ok"] and check["cheaper_ok"] and check["met"]
     rows[0] = _row("pdscale", 0.985, 0.40)
     assert not S.targets(rows)[0]["met"]
+    # The static's own size held throughout bills the same within start jitter: not fewer.
+    rows[0] = _row("pdscale", 0.995, 0.59999)
+    assert not S.targets(rows)[0]["cheaper_ok"]
+    rows[0] = _row("pdscale", 0.995, 0.58)
+    assert S.targets(rows)[0]["cheaper_ok"]
     # No static reached 99 %: nothing to beat, so the target is not shown as met.
     (check,) = S.targets([_row("pdscale", 0.995, 0.4), _row("static:1+1", 0.9, 0.4)])
     assert check["smallest_static"] is None and not check["met"]
