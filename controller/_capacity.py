@@ -106,9 +106,12 @@ class CapacityModel:
         if missed and load <= 1.0:
             target = self.correction * max(0.5, 0.9 * load)
             step = self.learn_rate
-            self.last_learned = (f"missed the SLO at {load:.0%} of the planned load: capacity "
+            what = "missed the SLO" if latency_p95_s is not None and \
+                latency_p95_s > self.slo_s else "a backlog built"
+            self.last_learned = (f"{what} at {load:.0%} of the planned load: capacity "
                                  f"correction towards {target:.2f}")
-        elif latency_p95_s is not None and latency_p95_s < 0.5 * self.slo_s and load >= 1.0:
+        elif not missed and latency_p95_s is not None and latency_p95_s < 0.5 * self.slo_s \
+                and load >= 1.0:
             target, step = self.correction * 1.1, self.smoothing
             self.last_learned = f"ample slack at {load:.0%} of the planned load"
         elif not missed and now_s is not None and self.correction < 1.0:

@@ -212,14 +212,23 @@ def test_decode_capacity_uses_the_service_prompt_length_when_decode_lacks_it() -
 def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
     model = CapacityModel(Role.DECODE, H100, 0.05)
     planned = model.per_replica()
-    for _ in range(20):  # ITL is fine, but requests wait for a decode slot
+    for i in range(20):  # ITL is fine, but requests wait for a decode slot
         model.observe_latency(latency_p95_s=0.02, demand_per_replica=0.5 * planned,
                               backlogged=True)
+        if i == 0:
+            assert model.last_learned is not None
+            assert model.last_learned.startswith("a backlog built at 50%")
     assert model.correction < 0.8
     slack = CapacityModel(Role.PREFILL, H100, 0.5)
     for _ in range(20):  # ample slack below the planned load is the headroom, not an error
         slack.observe_latency(latency_p95_s=0.05, demand_per_replica=0.8 * slack.per_replica())
     assert slack.correction == 1.0
+    # A backlog above the planned load is not slack, however low the p95 still is.
+    busy = CapacityModel(Role.PREFILL, H100, 0.5)
+    for _ in range(20):
+        busy.observe_latency(latency_p95_s=0.05, demand_per_replica=1.5 * busy.per_replica(),
+                             backlogged=True)
+    assert busy.correction == 1.0 and busy.last_learned is None
 
 
 def test_misses_at_the_planned_load_teach_a_standing_need_within_minutes() -> None:
