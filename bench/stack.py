@@ -550,8 +550,9 @@ def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per trace and cold start with a pdscale run: its attainment (target >= 99 %) and its
     worker-hours against the smallest (fewest worker-hours) static allocation that reached
     99 % (target: fewer, by more than :data:`SAME_ALLOCATION`: a run that held the static's
-    size throughout bills the same worker-hours within the workers' start jitter). Runs with a
-    starved client are left out."""
+    size throughout bills the same worker-hours within the workers' start jitter). A static
+    run starts no replica, so static runs of the same window count at every cold start. Runs
+    with a starved client are left out."""
     out = []
     groups = dict.fromkeys((r["trace"], r["cold_start_s"]) for r in rows)
     for trace, cold in groups:
@@ -560,7 +561,10 @@ def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         p = next((r for r in group if r["policy"] == "pdscale"), None)
         if p is None:
             continue
-        statics = [r for r in group if str(r["policy"]).startswith("static:")]
+        statics = [r for r in rows if r["trace"] == trace and not starved(r)
+                   and str(r["policy"]).startswith("static:")
+                   and (r.get("start_min"), r.get("minutes"))
+                   == (p.get("start_min"), p.get("minutes"))]
         good = sorted((r for r in statics if r["slo_attainment"] >= 0.99),
                       key=lambda r: r["worker_hours"])
         best = good[0] if good else None

@@ -215,6 +215,15 @@ def test_targets_compare_pdscale_with_the_smallest_static_that_reaches_99() -> N
     (check,) = S.targets([_row("pdscale", 0.995, 0.4), _row("static:1+1", 0.9, 0.4)])
     assert check["smallest_static"] is None and not check["met"]
     assert "none reached 99 %" in S.targets_table([check])
+    # A static run starts no replica: it counts at every cold start of the same window,
+    # not at another window.
+    (check,) = S.targets([_row("pdscale", 0.995, 0.4, cold=30.0),
+                          _row("static:2+1", 0.992, 0.6, cold=60.0)])
+    assert check["cold_start_s"] == 30.0 and check["smallest_static"] == "static:2+1"
+    other = _row("static:2+1", 0.992, 0.6)
+    other["start_min"] = 20.0
+    (check,) = S.targets([_row("pdscale", 0.995, 0.4, cold=30.0), other])
+    assert check["smallest_static"] is None
 
 
 def test_a_run_whose_client_fell_behind_is_marked_and_not_counted() -> None:
