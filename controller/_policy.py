@@ -46,7 +46,7 @@ from controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from controller._perf import uncached_prefill_demand
+from controller._perf import HEADROOM, uncached_prefill_demand
 from controller._profiles import load_profile
 from controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL, SizingInputs, size
 from controller._stabilise import PoolHistory, bound, stabilise
@@ -109,9 +109,30 @@ class PoolPolicyState:
         return sum(n for _, n in self.ready_seen) / len(self.ready_seen)
 
 
-def _backlogged(pool: PoolObservation) -> bool:
-    """More than two requests waiting a ready replica."""
-    return (pool.signals.get(Signal.QUEUE_DEPTH) or 0.0) > 2 * max(pool.replicas.ready, 1)
+QUEUE_WAIT_SHARE = 0.25
+"""A prefill queue is a backlog only when the ready replicas need more than this share of the
+TTFT SLO to work through it at the profile's saturated throughput."""
+
+
+def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) -> bool:
+    """More than two requests waiting a ready replica; for prefill (given its capacity model)
+    also a queue the ready replicas need more than :data:`QUEUE_WAIT_SHARE` of the TTFT SLO
+    to work through at the profile's saturated throughput. Measured on a real Dynamo stack
+    (Mooncake window, 12k-token prompts, TTFT SLO 4.7 s): queues of 5-8 on 2-3 workers,
+    cleared in well under a second, fired the reactive path three times and taught the
+    capacity model "backlogs" at 11-53 % of the planned load, so pdscale ran 3.7 prefill
+    workers where static 2+1 met the SLO for every request."""
+    queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
+    ready = max(pool.replicas.ready, 1)
+    if queue <= 2 * ready:
+        return False
+    if capacity is None or capacity.role is not Role.PREFILL:
+        return True
+    saturated = capacity.nominal_per_replica() / HEADROOM
+    if saturated <= 0:
+        return True
+    wait_s = queue * capacity.mean_prompt_tokens / (ready * saturated)
+    return wait_s > QUEUE_WAIT_SHARE * capacity.slo_s
 
 
 @dataclass(frozen=True)
@@ -178,7 +199,7 @@ class PdscalePolicy:
                                     signals.get(Signal.MEAN_OUTPUT_TOKENS))
         per_replica, batch = st.capacity.per_replica(), st.capacity.decode_batch()
         latency = signals.get(LATENCY_SIGNAL[key[1]])
-        backlogged = _backlogged(pool)
+        backlogged = _backlogged(pool, st.capacity)
         note = None
         if key[1] is Role.PREFILL and ctx.decode_backlogged and not backlogged and \
                 latency is not None and latency > st.capacity.slo_s:
@@ -237,7 +258,7 @@ class PdscalePolicy:
             forecast_note=fc_note, per_replica=per_replica, decode_batch=batch,
             running=pool.signals.get(Signal.RUNNING_REQUESTS),
             queue=pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, latency_s=latency,
-            slo_s=cap.slo_s, backlogged=_backlogged(pool),
+            slo_s=cap.slo_s, backlogged=_backlogged(pool, cap),
             per_request_tokens=(cap.mean_prompt_tokens if key[1] is Role.PREFILL
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,

@@ -20,6 +20,8 @@ from controller import (
     PoolReplicas,
     load_profile,
 )
+from controller._perf import HEADROOM
+from controller._policy import QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
 from telemetry import Signal
 
@@ -85,6 +87,29 @@ def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
     assert _desired(out, KEY_P) == expected and expected >= 4
     assert out[KEY_P].detail["backlog_at_lead"] == pytest.approx(backlog)
     assert any(r.startswith("reactive:") for r in out[KEY_P].reasons)
+
+
+def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_clear(
+) -> None:
+    """Queued prompts the ready replicas clear well within the TTFT SLO are no backlog: no
+    reactive ask and nothing learned; the same queue is one against a tight SLO."""
+    for slo, fires in ((20.0, False), (0.01, True)):
+        capacity = {KEY_P: CapacityModel(Role.PREFILL, H100, slo),
+                    KEY_D: CapacityModel(Role.DECODE, H100, 0.05)}
+        policy = PdscalePolicy(ControllerSettings(burst_window=0), capacity,
+                               {KEY_P: 60.0, KEY_D: 60.0}, forecasts=None)
+        cap = policy.state[KEY_P].capacity
+        wait = 10 * cap.mean_prompt_tokens / (2 * cap.nominal_per_replica() / HEADROOM)
+        assert (wait > QUEUE_WAIT_SHARE * slo) is fires  # the premise: 10 queued on 2 ready
+        out = policy.decide(_obs(0, prompt=20_000.0, ttft=0.001, queue=10.0, ready=(2, 2)))
+        reasons = out[KEY_P].reasons
+        assert any(r.startswith("reactive:") for r in reasons) is fires
+        assert any(r.startswith("a backlog built") for r in reasons) is fires
+        assert (cap.correction < 1.0) is fires
+    # Two requests a ready replica or fewer are never a backlog, however long.
+    policy = _policy()
+    out = policy.decide(_obs(0, prompt=20_000.0, ttft=0.001, queue=4.0, ready=(2, 2)))
+    assert not any(r.startswith("reactive:") for r in out[KEY_P].reasons)
 
 
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
