@@ -67,9 +67,21 @@ class CapacityModel:
     def nominal_per_replica(self) -> float:
         """Demand units per second one replica carries at the SLO, before correction."""
         if self.role is Role.PREFILL:
-            mean_sq = self.mean_prompt_tokens ** 2 * (1 + self.prompt_cv ** 2)
-            return prefill_capacity(self.profile, self.mean_prompt_tokens, mean_sq)
+            return self._prefill_capacity(HEADROOM)
         return self._decode_point().tokens_per_s
+
+    def _prefill_capacity(self, headroom: float) -> float:
+        mean_sq = self.mean_prompt_tokens ** 2 * (1 + self.prompt_cv ** 2)
+        return prefill_capacity(self.profile, self.mean_prompt_tokens, mean_sq,
+                                headroom=headroom)
+
+    def prefill_queue_s(self, queue: float, ready: int) -> float:
+        """Prefill: seconds ``ready`` replicas need to work through ``queue`` waiting prompts
+        of the mean length at the profile's saturated throughput (inf if it has none)."""
+        saturated = self._prefill_capacity(1.0)
+        if saturated <= 0:
+            return math.inf
+        return queue * self.mean_prompt_tokens / (max(ready, 1) * saturated)
 
     def _decode_point(self) -> DecodePoint:
         """The decode operating point at the ITL SLO with headroom, for the mean context of a

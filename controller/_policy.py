@@ -46,7 +46,7 @@ from controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from controller._perf import HEADROOM, uncached_prefill_demand
+from controller._perf import uncached_prefill_demand
 from controller._profiles import load_profile
 from controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL, SizingInputs, size
 from controller._stabilise import PoolHistory, bound, stabilise
@@ -128,11 +128,7 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
         return False
     if capacity is None or capacity.role is not Role.PREFILL:
         return True
-    saturated = capacity.nominal_per_replica() / HEADROOM
-    if saturated <= 0:
-        return True
-    wait_s = queue * capacity.mean_prompt_tokens / (ready * saturated)
-    return wait_s > QUEUE_WAIT_SHARE * capacity.slo_s
+    return capacity.prefill_queue_s(queue, ready) > QUEUE_WAIT_SHARE * capacity.slo_s
 
 
 @dataclass(frozen=True)
@@ -188,10 +184,10 @@ class PdscalePolicy:
         return got, f"forecast q{self.settings.scale_up_quantile:g} over {lead:.0f}s"
 
     def _observe(self, key: PoolKey, pool: PoolObservation, ctx: _Context, demand: float
-                 ) -> tuple[float, int, float | None, str | None]:
+                 ) -> tuple[float, int, float | None, bool, str | None]:
         """Teach the capacity model the lengths and the latency; returns the capacity per
-        replica it planned with, the pool's own latency (None when the miss is decode's), and
-        the note saying so."""
+        replica it planned with, the pool's own latency (None when the miss is decode's),
+        whether it is backlogged, and the note saying so."""
         st = self.state[key]
         signals = pool.signals
         st.capacity.observe_lengths(signals.get(Signal.MEAN_PROMPT_TOKENS)
@@ -214,7 +210,7 @@ class PdscalePolicy:
         if st.capacity.last_learned is not None:
             note = st.capacity.last_learned if note is None else \
                 f"{note}; {st.capacity.last_learned}"
-        return per_replica, batch, latency, note
+        return per_replica, batch, latency, backlogged, note
 
     def _degraded(self, key: PoolKey, pool: PoolObservation) -> PoolDecision:
         r = pool.replicas
@@ -240,7 +236,7 @@ class PdscalePolicy:
             demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
         elif key[1] is Role.PREFILL:
             demand = uncached_prefill_demand(demand, hit)
-        per_replica, batch, latency, note = self._observe(key, pool, ctx, demand)
+        per_replica, batch, latency, backlogged, note = self._observe(key, pool, ctx, demand)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
@@ -258,7 +254,7 @@ class PdscalePolicy:
             forecast_note=fc_note, per_replica=per_replica, decode_batch=batch,
             running=pool.signals.get(Signal.RUNNING_REQUESTS),
             queue=pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, latency_s=latency,
-            slo_s=cap.slo_s, backlogged=_backlogged(pool, cap),
+            slo_s=cap.slo_s, backlogged=backlogged,
             per_request_tokens=(cap.mean_prompt_tokens if key[1] is Role.PREFILL
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,

@@ -99,7 +99,9 @@ def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_c
         policy = PdscalePolicy(ControllerSettings(burst_window=0), capacity,
                                {KEY_P: 60.0, KEY_D: 60.0}, forecasts=None)
         cap = policy.state[KEY_P].capacity
-        wait = 10 * cap.mean_prompt_tokens / (2 * cap.nominal_per_replica() / HEADROOM)
+        saturated = cap.nominal_per_replica() / HEADROOM
+        wait = 10 * cap.mean_prompt_tokens / (2 * saturated)
+        assert cap.prefill_queue_s(10, 2) == pytest.approx(wait)
         assert (wait > QUEUE_WAIT_SHARE * slo) is fires  # the premise: 10 queued on 2 ready
         out = policy.decide(_obs(0, prompt=20_000.0, ttft=0.001, queue=10.0, ready=(2, 2)))
         reasons = out[KEY_P].reasons
