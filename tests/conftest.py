@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,6 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # shared/ (reference data) sits beside the repository; a worktree elsewhere can point at it.
 SHARED = Path(os.environ.get("PDSCALE_SHARED") or ROOT.parent / "shared")
+
+
+def bench_module(name: str) -> ModuleType:
+    """bench/<name>.py imported as module ``bench_<name>`` (bench/ is scripts, not a
+    package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def example_ids() -> list[str]:

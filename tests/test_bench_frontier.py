@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
-
-def _frontier_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_frontier", ROOT / "bench" / "frontier.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_frontier"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-F = _frontier_module()
+F = bench_module("frontier")
 
 
 def test_the_frontier_keeps_only_points_nothing_beats_on_both() -> None:

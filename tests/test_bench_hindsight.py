@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
-
 import numpy as np
 import pytest
 
 from controller import Observation, PoolObservation, PoolReplicas
 from pdscale.spec import Role
 from simulator._policies import DemandPlan
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_hindsight",
-                                                  ROOT / "bench" / "hindsight.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_hindsight"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-H = _module()
+H = bench_module("hindsight")
 
 
 def _obs(now: float) -> Observation:

@@ -4,29 +4,16 @@ the README quotes. No stack is started here."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from controller import Observation, PoolObservation, PoolReplicas, load_profile
 from pdscale.spec import Role
-from tests.conftest import ROOT
+from tests.conftest import ROOT, bench_module
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_stack", ROOT / "bench" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_stack"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-S = _module()
+S = bench_module("stack")
 PROFILE = load_profile(str(ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"))
 
 
