@@ -324,6 +324,10 @@ _MIN_PAIRS = 5
 """Changes a horizon needs before the simple model estimates its quantiles directly."""
 _WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Weights of the trees against the simple model tried for each upper or lower quantile."""
+_MIN_RECALIBRATION = 30
+"""Errors a rolling recalibration needs before it moves a quantile."""
+_RECALIBRATION_POINTS = 288
+"""At most this many errors in a recalibration window (a day at 5-minute spacing)."""
 
 
 def _window_mean(values: FloatArray, window: int) -> FloatArray:
@@ -363,7 +367,7 @@ class QuantileGBForecaster(_Forecaster):
                  horizons_s: tuple[float, ...] = (60, 120, 300, 600, 1800, 3600),
                  period_s: float = DAY_S, max_iter: int = 120, learning_rate: float = 0.05,
                  max_train_rows: int = 60_000, calibration: float = 0.15,
-                 short_history_s: float = 3 * 3600.0,
+                 short_history_s: float = 3 * 3600.0, recalibration_s: float = DAY_S,
                  random_state: int | None = 0) -> None:
         self.resolution_s = resolution_s
         self.quantiles = quantiles
@@ -374,6 +378,7 @@ class QuantileGBForecaster(_Forecaster):
         self.max_train_rows = max_train_rows
         self.calibration = calibration
         self.short_history_s = short_history_s
+        self.recalibration_s = recalibration_s
         self.random_state = random_state
 
     # Features -----------------------------------------------------------------------------
@@ -472,6 +477,9 @@ class QuantileGBForecaster(_Forecaster):
         if not 0 <= self.calibration < 1:
             raise ValueError(f"The 'calibration' parameter of QuantileGBForecaster must be in "
                              f"[0, 1). Got {self.calibration!r} instead.")
+        if not self.recalibration_s >= 0:
+            raise ValueError(f"The 'recalibration_s' parameter of QuantileGBForecaster must be "
+                             f"at least 0 (0: off). Got {self.recalibration_s!r} instead.")
         if not self.short_history_s >= 0:
             raise ValueError(f"The 'short_history_s' parameter of QuantileGBForecaster must be "
                              f"at least 0. Got {self.short_history_s!r} instead.")
@@ -490,6 +498,7 @@ class QuantileGBForecaster(_Forecaster):
         self.simple_ = np.zeros(shape)
         self.anchor_ = np.zeros(len(horizons))
         self.calibrated_ = False
+        self.cal_start_ = len(values)
         if len(values) * self.resolution_s < self.short_history_s or \
                 not self._fit_trees(values):
             self.mode_ = "short-history"
@@ -617,10 +626,14 @@ class QuantileGBForecaster(_Forecaster):
                             best, self.weight_[i, j], self.shift_[i, j] = loss, w, shift
             self.models_.append(model)
         self.calibrated_ = bool(calibrate)
+        self.cal_start_ = int((n - 1) * (1 - self.calibration))
         return True
 
-    def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
-                         horizons: npt.NDArray[np.int64]) -> FloatArray:
+    def _relative(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                  horizons: npt.NDArray[np.int64]
+                  ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Every (origin, horizon) row's quantiles relative to its last value, in units of its
+        scale (before any recalibration), with that last value and scale."""
         # Features reach back at most a week and a day: forecasting from recent origins only
         # needs the tail, which keeps one prediction cheap on a long history.
         period = max(1, round(self.period_s / self.resolution_s))
@@ -645,7 +658,85 @@ class QuantileGBForecaster(_Forecaster):
         anchor = np.interp(h_rows, grid, self.anchor_)
         simple = anchor[:, None] * ((level - last) / scale)[:, None] + per_row(self.simple_)
         weight = per_row(self.weight_)
-        rel = weight * trees + (1 - weight) * simple + per_row(self.shift_)
+        rel: FloatArray = weight * trees + (1 - weight) * simple + per_row(self.shift_)
+        return rel, last, scale
+
+    def _recalibration_origins(self, origins: npt.NDArray[np.int64],
+                               horizons: npt.NDArray[np.int64]
+                               ) -> tuple[npt.NDArray[np.int64], int] | None:
+        """The past origins whose errors recalibrate forecasts from ``origins`` (see
+        :meth:`_recalibration`), and how many of them a window holds; None when there is
+        nothing to recalibrate (off, not calibrated, short-history mode, no past yet)."""
+        if not self.recalibration_s or not self.calibrated_ or self.mode_ != "trees":
+            return None
+        window = max(1, round(self.recalibration_s / self.resolution_s))
+        # At most _RECALIBRATION_POINTS errors a window: the past origins on a fixed stride
+        # (aligned on the grid, so every origin's window holds the same ones its neighbours
+        # do), which keeps one prediction cheap on a day of 1-minute steps.
+        stride = max(1, math.ceil(window / _RECALIBRATION_POINTS))
+        length = max(1, window // stride)
+        hmax = int(horizons.max())
+        first = max(self.cal_start_, int(origins.min()) - hmax - window + 1)
+        first = -(-first // stride) * stride
+        last_past = int(origins.max()) - int(horizons.min())
+        if last_past < first:
+            return None
+        return np.arange(first, last_past + 1, stride, dtype=np.int64), length
+
+    def _recalibration(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                       horizons: npt.NDArray[np.int64], past: npt.NDArray[np.int64],
+                       length: int, rel: FloatArray, last: FloatArray, scale: FloatArray
+                       ) -> FloatArray:
+        """Rolling conformal recalibration: per requested (origin, horizon) and quantile (the
+        median excepted), the conformal quantile of the errors that the same forecast made at
+        the ``past`` origins of the last ``recalibration_s`` whose targets are now observed,
+        counted from the calibration share on (errors of origins the trees were fitted on
+        would be in-sample). ``rel``, ``last``, ``scale``: :meth:`_relative` at ``past``."""
+        k = len(horizons)
+        rel = rel.reshape(len(past), k, len(self.quantiles))
+        target = past[:, None] + horizons[None, :]
+        actual = np.full(target.shape, np.nan)
+        inside = target < len(values)
+        actual[inside] = values[target[inside]]
+        change = (actual - last.reshape(len(past), k)) / scale.reshape(len(past), k)
+        out = np.zeros((len(origins), k, len(self.quantiles)))
+        for i, q in enumerate(self.quantiles):
+            if q == 0.5:
+                continue
+            for j, hz in enumerate(horizons):
+                err = change[:, j] - rel[:, j, i]
+                # Origin o may use the errors of past origins up to o - hz (their targets are
+                # observed at o): the last ``length`` of them.
+                padded = np.concatenate([np.full(length - 1, np.nan), err])
+                views = np.lib.stride_tricks.sliding_window_view(padded, length)
+                ends = np.searchsorted(past, origins - int(hz), side="right") - 1
+                usable = ends >= 0
+                if not usable.any():
+                    continue
+                rows = views[ends[usable]]
+                count = np.isfinite(rows).sum(axis=1)
+                enough = count >= _MIN_RECALIBRATION
+                if not enough.any():
+                    continue
+                with np.errstate(all="ignore"):
+                    shift = np.nanquantile(rows[enough], q, axis=1, method="higher")
+                idx = np.flatnonzero(usable)[enough]
+                out[idx, j, i] = shift
+        return out
+
+    def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                         horizons: npt.NDArray[np.int64]) -> FloatArray:
+        plan = self._recalibration_origins(origins, horizons)
+        if plan is None:
+            rel, last, scale = self._relative(values, origins, horizons)
+        else:  # one pass over the features for the past origins and the requested ones
+            past, length = plan
+            rows = len(past) * len(horizons)
+            rel, last, scale = self._relative(values, np.concatenate([past, origins]), horizons)
+            shift = self._recalibration(values, origins, horizons, past, length, rel[:rows],
+                                        last[:rows], scale[:rows])
+            rel = rel[rows:] + shift.reshape(len(origins) * len(horizons), len(self.quantiles))
+            last, scale = last[rows:], scale[rows:]
         # Additive on the last observation, in units of a scale that cannot approach zero.
         preds = last[:, None] + rel * scale[:, None]
         preds = np.sort(preds, axis=1)  # no quantile crossing

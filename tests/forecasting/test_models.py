@@ -173,6 +173,43 @@ def test_conformal_calibration_keeps_coverage_when_the_noise_grows() -> None:
     assert models["cqr"].calibrated_ and not models["raw"].calibrated_
 
 
+def test_rolling_recalibration_restores_coverage_after_the_fit() -> None:
+    # The noise grows a day after the fit ends: the fit's calibration cannot see it, so the
+    # fixed quantile under-covers for the rest of the series; recalibrated on the last day's
+    # errors, the 0.9 quantile covers about 90 % again once that day has passed.
+    t, quiet = daily_series(16, seed=3, noise=0.03)
+    _, loud = daily_series(16, seed=4, noise=0.12)
+    y = np.where(t < 11 * 86400, quiet, loud)
+    series = regularize(t, y, resolution_s=RES)
+    models = {"fixed": QuantileGBForecaster(resolution_s=RES, horizons_s=(600,),
+                                            recalibration_s=0),
+              "rolling": QuantileGBForecaster(resolution_s=RES, horizons_s=(600,))}
+    result = backtest(series, models, horizons_s=(600,), train_steps=10 * DAY_STEPS,
+                      season_steps=DAY_STEPS)
+    later = result.origins >= 12 * DAY_STEPS  # a day after the change
+    actual = series.values[result.origins[later] + 1]
+    coverage = {name: float(np.mean(actual <= result.forecasts[name][later, 0, -1]))
+                for name in models}
+    assert coverage["fixed"] < 0.8
+    assert 0.85 <= coverage["rolling"] <= 0.95
+
+
+def test_rolling_recalibration_reads_no_future_value() -> None:
+    t, y = daily_series(12, seed=5, noise=0.1)
+    model = QuantileGBForecaster(resolution_s=RES, horizons_s=(600, 1800)).fit(
+        t[:10 * DAY_STEPS, None], y[:10 * DAY_STEPS])
+    values = regularize(t, y, resolution_s=RES).values
+    origin = np.array([11 * DAY_STEPS])
+    horizons = np.array([1, 3])
+    seen = model._predict_origins(values[:origin[0] + 1], origin, horizons)
+    changed = values.copy()
+    changed[origin[0] + 1:] *= 5  # what happens after the origin
+    assert np.array_equal(model._predict_origins(changed, origin, horizons), seen)
+    off = copy.deepcopy(model)
+    off.recalibration_s = 0
+    assert not np.array_equal(off._predict_origins(values, origin, horizons), seen)
+
+
 def stepped_series(days: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A daily cycle whose level steps every half day, with noise and rare spikes."""
     rng = np.random.default_rng(seed)
