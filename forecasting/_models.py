@@ -29,7 +29,11 @@ Models:
   fitted on the older origins, mixed per horizon with the simple model below by the weight
   that scores best on the most recent ``calibration`` share of the history, and shifted by
   the quantile of the mix's errors there, so their coverage holds on data the model did not
-  see and they are never much less sharp than the simple model. Quantiles are sorted per row
+  see and they are never much less sharp than the simple model. Between refits each forecast
+  is then shifted by the conformal quantile of the errors the same forecast made over the last
+  ``recalibration_s`` (a day; origins whose targets are observed, from the calibration share
+  on): a fit's calibration share quieter than what follows made the 0.9 quantile cover 0.83-0.86
+  on ServeGen m-large, 0.88-0.91 with the shift. Quantiles are sorted per row
   (monotone rearrangement), so they never cross. With less than ``short_history_s`` of
   history (or too few complete rows for the trees) the simple model forecasts alone: per
   horizon, the last value or the hour's level (whichever scores better) plus the conformal
