@@ -111,24 +111,34 @@ class PoolPolicyState:
 
 QUEUE_WAIT_SHARE = 0.25
 """A prefill queue is a backlog only when the ready replicas need more than this share of the
-TTFT SLO to work through it at the profile's saturated throughput."""
+TTFT SLO to work through it at the profile's saturated throughput..."""
+LATENCY_GATE_SHARE = 0.5
+"""... and, if they clear it within the SLO, only while the TTFT p95 is over this share of the
+SLO (the queues seen over the latency window have been hurting the tail)."""
 
 
 def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) -> bool:
     """More than two requests waiting a ready replica; for prefill (given its capacity model)
     also a queue the ready replicas need more than :data:`QUEUE_WAIT_SHARE` of the TTFT SLO
-    to work through at the profile's saturated throughput. Measured on a real Dynamo stack
-    (Mooncake window, 12k-token prompts, TTFT SLO 4.7 s): queues of 5-8 on 2-3 workers,
-    cleared in well under a second, fired the reactive path three times and taught the
-    capacity model "backlogs" at 11-53 % of the planned load, so pdscale ran 3.7 prefill
-    workers where static 2+1 met the SLO for every request."""
+    to work through at the profile's saturated throughput, and, when they need less than the
+    whole SLO, a TTFT p95 over :data:`LATENCY_GATE_SHARE` of it (or none read). Measured on a
+    real Dynamo stack (Mooncake window, 12k-token prompts, TTFT SLO 4.7 s): queues of 5-8 on
+    2-3 workers, cleared in well under a second, fired the reactive path three times and
+    taught the capacity model "backlogs" at 11-53 % of the planned load, so pdscale ran 3.7
+    prefill workers where static 2+1 met the SLO for every request; at a 30 s cold start,
+    queues of 13 that 2-3 workers clear in 1.5-2 s, with the p95 at 1.75-2.08 s, added two
+    workers the window never needed."""
     queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
     ready = max(pool.replicas.ready, 1)
     if queue <= 2 * ready:
         return False
     if capacity is None or capacity.role is not Role.PREFILL:
         return True
-    return capacity.prefill_queue_s(queue, ready) > QUEUE_WAIT_SHARE * capacity.slo_s
+    clear_s = capacity.prefill_queue_s(queue, ready)
+    if clear_s <= QUEUE_WAIT_SHARE * capacity.slo_s:
+        return False
+    p95 = pool.signals.get(Signal.TTFT_P95_S)
+    return clear_s > capacity.slo_s or p95 is None or p95 > LATENCY_GATE_SHARE * capacity.slo_s
 
 
 @dataclass(frozen=True)

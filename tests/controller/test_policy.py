@@ -21,7 +21,7 @@ from controller import (
     load_profile,
 )
 from controller._perf import HEADROOM
-from controller._policy import QUEUE_WAIT_SHARE
+from controller._policy import LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
 from telemetry import Signal
 
@@ -112,6 +112,25 @@ def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_c
     policy = _policy()
     out = policy.decide(_obs(0, prompt=20_000.0, ttft=0.001, queue=4.0, ready=(2, 2)))
     assert not any(r.startswith("reactive:") for r in out[KEY_P].reasons)
+
+
+def test_a_queue_cleared_within_the_slo_is_a_backlog_only_while_the_tail_shows_it() -> None:
+    """A prefill queue that takes the ready replicas between a quarter and the whole TTFT SLO
+    to clear is a backlog while the TTFT p95 is over half the SLO, or unread; with the tail
+    well inside the SLO it is not (no reactive ask, nothing learned)."""
+    probe = CapacityModel(Role.PREFILL, H100, 1.0)
+    slo = 2 * probe.prefill_queue_s(10, 2)  # 10 queued on 2 ready clear in half the SLO
+    assert QUEUE_WAIT_SHARE * slo < slo / 2 < slo
+    for ttft, fires in ((0.2 * slo, False), (0.9 * LATENCY_GATE_SHARE * slo, False),
+                        (1.1 * LATENCY_GATE_SHARE * slo, True), (None, True)):
+        capacity = {KEY_P: CapacityModel(Role.PREFILL, H100, slo),
+                    KEY_D: CapacityModel(Role.DECODE, H100, 0.05)}
+        policy = PdscalePolicy(ControllerSettings(burst_window=0), capacity,
+                               {KEY_P: 60.0, KEY_D: 60.0}, forecasts=None)
+        out = policy.decide(_obs(0, prompt=20_000.0, ttft=ttft, queue=10.0, ready=(2, 2)))
+        reasons = out[KEY_P].reasons
+        assert any(r.startswith("reactive:") for r in reasons) is fires, (ttft, reasons)
+        assert any(r.startswith("a backlog built") for r in reasons) is fires
 
 
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
