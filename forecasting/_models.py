@@ -33,7 +33,7 @@ Models:
   is then shifted by the conformal quantile of the errors the same forecast made over the last
   ``recalibration_s`` (a day; origins whose targets are observed, from the calibration share
   on): a fit's calibration share quieter than what follows made the 0.9 quantile cover 0.83-0.86
-  on ServeGen m-large, 0.88-0.91 with the shift. Quantiles are sorted per row
+  on ServeGen m-large, 0.877-0.908 with the shift. Quantiles are sorted per row
   (monotone rearrangement), so they never cross. With less than ``short_history_s`` of
   history (or too few complete rows for the trees) the simple model forecasts alone: per
   horizon, the last value or the hour's level (whichever scores better) plus the conformal
