@@ -69,6 +69,8 @@ from forecasting import (  # noqa: E402
 
 HORIZONS_S = (600.0, 1800.0)
 QUANTILE = 0.9
+COVERAGE_BAND = (0.88, 0.92)
+"""The target's band for the upper quantile's coverage."""
 
 
 def aggregate_10m(model: str) -> tuple[np.ndarray, np.ndarray]:
@@ -147,9 +149,11 @@ def scores(truth: np.ndarray, scored: np.ndarray, result: Any,
     return out
 
 
-def band_chance(points: int, low: float = 0.88, high: float = 0.92) -> float:
-    """P(low <= X / points <= high) for X ~ Binomial(points, QUANTILE): how often a calibrated
-    upper quantile's coverage on ``points`` independent targets reads inside the band."""
+def band_chance(points: int) -> float:
+    """P(low <= X / points <= high) for X ~ Binomial(points, QUANTILE) and (low, high) the
+    :data:`COVERAGE_BAND`: how often a calibrated upper quantile's coverage on ``points``
+    independent targets reads inside the band."""
+    low, high = COVERAGE_BAND
     if points <= 0:
         return 0.0
     k = np.arange(points + 1)
@@ -255,7 +259,8 @@ def main() -> int:
         gb, last = c["scores"]["gbqr"], c["scores"]["last_value"]
         for h in gb:
             ratio = gb[h]["pinball_q90"] / last[h]["pinball_q90"]
-            met = ratio <= 1.0 and 0.88 <= gb[h]["coverage_q90"] <= 0.92
+            met = ratio <= 1.0 and \
+                COVERAGE_BAND[0] <= gb[h]["coverage_q90"] <= COVERAGE_BAND[1]
             met_all &= met
             c.setdefault("target_met", {})[h] = met
             c.setdefault("band_chance", {})[h] = chance = band_chance(gb[h]["points"])
