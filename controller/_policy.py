@@ -10,7 +10,9 @@ each tick and keeps each pool's state (its capacity model, cold-start tracker an
 2. forecast (:mod:`controller._forecast`): the demand at the scale-up quantile over
    [now, now + lead], lead = the pool's learned cold-start p90 + one tick;
 3. size (:mod:`controller._sizing`, pure): the replicas the load needs, with the
-   burst hold, a prefill burst's backlog and the reactive path;
+   burst hold (for prefill at least the peak one-minute demand of the rate window), a
+   prefill burst's backlog and the reactive path (whose latency-only "+1" needs the last
+   minute's TTFT p95 over the SLO too, not only the 5-minute one);
 4. stabilise and bound (:mod:`controller._stabilise`, pure): up at once, down after the
    window and in steps, within min and max.
 
@@ -30,6 +32,7 @@ observation; the forecasters are fitted on the schedule the caller owns.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -139,6 +142,17 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
         return False
     p95 = pool.signals.get(Signal.TTFT_P95_S)
     return clear_s > capacity.slo_s or p95 is None or p95 > LATENCY_GATE_SHARE * capacity.slo_s
+
+
+def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the highest one-minute prompt-token rate within the rate window, in demand
+    units (scaled by the share of prompt tokens the pool computes itself, as the demand is);
+    None when either rate is unread or no prompt arrived."""
+    peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
+    prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
+    if peak is None or prompt is None or prompt <= 0 or not math.isfinite(peak):
+        return None
+    return peak * min(1.0, demand / prompt)
 
 
 @dataclass(frozen=True)
@@ -258,17 +272,20 @@ class PdscalePolicy:
             st.history = st.history.seeded(
                 self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
+        prefill = key[1] is Role.PREFILL
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
             forecast_note=fc_note, per_replica=per_replica, decode_batch=batch,
             running=pool.signals.get(Signal.RUNNING_REQUESTS),
             queue=pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, latency_s=latency,
+            recent_latency_s=pool.signals.get(Signal.TTFT_P95_RECENT_S) if prefill else None,
             slo_s=cap.slo_s, backlogged=backlogged,
             per_request_tokens=(cap.mean_prompt_tokens if key[1] is Role.PREFILL
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,
             hold=st.history.hold(now, window),
+            peak=_peak_demand(pool, demand) if prefill else None,
             nominal_per_replica=cap.nominal_per_replica(),
             hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,
             drain_s=float(settings.drain_time), lead_s=lead,

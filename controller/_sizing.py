@@ -9,7 +9,9 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    short outputs fill the KV cache before they fill the step).
 2. The burst hold: at least the decayed envelope of what recent bursts needed (load that came
    in bursts recently comes again, and a one-minute forecast cannot see sub-minute bursts).
-   It remembers load, not a waiting queue, which drains within a minute.
+   It remembers load, not a waiting queue, which drains within a minute; for prefill the load
+   remembered is at least the peak one-minute demand within the rate window
+   (``Signal.PROMPT_TOKENS_PEAK_PER_S``), which the 5-minute rate averages away.
    Prefill also serves a burst's backlog: the tokens waiting at a tick within the TTFT SLO,
    at the profile's capacity, at most doubling the ready replicas a decision (sub-minute
    bursts leave queues that no per-minute rate shows); the burst hold then keeps the load.
@@ -21,7 +23,11 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    then the ready ones serve and the backlog grows by the arrivals they cannot serve. The pool
    needs the replicas that serve the arrival rate and drain that backlog within ``drain_s``
    (replicas already starting count towards them: the ask is a total). With latency over the
-   SLO it asks for at least one more than are ready.
+   SLO it asks for at least one more than are ready, but only while the last minute's p95
+   (``Signal.TTFT_P95_RECENT_S``, prefill) is over the SLO too or unread: the 5-minute p95
+   carries a burst for five minutes after it was served, and a "+1" on it each cold start
+   climbed the demo's prefill pool from 2 to 7 replicas while every minute's TTFT was at 40 %
+   of the SLO.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class SizingInputs:
     """Requests waiting."""
     latency_s: float | None
     """The pool's latency p95, None when missing or when the miss is another pool's."""
+    recent_latency_s: float | None
+    """The same p95 over the last minute (prefill; None: unread, or decode)."""
     slo_s: float
     backlogged: bool
     per_request_tokens: float
@@ -68,6 +76,8 @@ class SizingInputs:
     """Replicas asked for and not yet ready."""
     hold: float
     """The burst hold: the decayed load recent bursts needed (0: none, or off)."""
+    peak: float | None
+    """Prefill: the highest one-minute demand within the rate window (None: unread)."""
     hold_half_life_s: float
     nominal_per_replica: float
     """Demand one replica carries at the SLO by the profile alone (no correction)."""
@@ -86,7 +96,7 @@ class Need:
     """Replicas the reactive path asks for (0: it did not fire)."""
     load: float
     """The load to remember in the burst hold: what was sized for before the hold (demand,
-    forecast, running sequences)."""
+    forecast, running sequences) or the peak one-minute demand, whichever is higher."""
 
     reasons: tuple[str, ...]
     detail: dict[str, float | str | None]
@@ -100,6 +110,12 @@ def _load(x: SizingInputs) -> tuple[float, float, float | None]:
     seqs = x.running + min(x.queue, max(x.running, x.decode_batch))
     load = max(load, x.running / x.decode_batch * x.per_replica)
     return load, seqs / x.decode_batch * x.per_replica, seqs
+
+
+def _missing_now(x: SizingInputs) -> bool:
+    """The latency is over the SLO, and the last minute's is too or was not read."""
+    return x.latency_s is not None and x.latency_s > x.slo_s and \
+        (x.recent_latency_s is None or x.recent_latency_s > x.slo_s)
 
 
 def _reactive(x: SizingInputs) -> tuple[int, float]:
@@ -117,7 +133,7 @@ def _reactive(x: SizingInputs) -> tuple[int, float]:
     # extra replicas serve the arrivals beyond the model's capacity of the ready ones and
     # drain the backlog they will have left when new replicas are ready.
     reactive = x.ready + math.ceil((excess + at_lead / x.drain_s) / x.per_replica - 1e-9)
-    if over:
+    if _missing_now(x):
         reactive = max(reactive, x.ready + 1)
     return reactive, at_lead
 
@@ -138,7 +154,9 @@ def _burst_need(x: SizingInputs) -> tuple[int, float]:
 def size(x: SizingInputs) -> Need:
     """The replicas the pool needs, with its reasons (see the module docstring)."""
     load, waiting, seqs = _load(x)
-    hold = max(x.hold, load) if x.hold_half_life_s > 0 else 0.0
+    peak = x.peak if x.peak is not None and x.hold_half_life_s > 0 else 0.0
+    remembered = max(load, peak)
+    hold = max(x.hold, remembered) if x.hold_half_life_s > 0 else 0.0
     sized_for = max(load, hold, waiting)
     need = math.ceil(sized_for / x.per_replica) if x.per_replica > 0 else x.max_replicas
     burst_need, burst_backlog = _burst_need(x)
@@ -146,12 +164,13 @@ def size(x: SizingInputs) -> Need:
         "signal": DEMAND_SIGNAL[x.role].value, "demand": x.demand, "forecast": x.forecast,
         "quantile": x.quantile if x.forecast is not None else None, "lead_s": x.lead_s,
         "capacity_per_replica": x.per_replica, "sequences": seqs, "burst_hold": hold,
-        "hold_half_life_s": x.hold_half_life_s, "sized_for": sized_for,
+        "hold_half_life_s": x.hold_half_life_s, "peak_1m": x.peak, "sized_for": sized_for,
         "capacity_correction": x.correction, "need": need}
     reasons = [f"demand {x.demand:.4g}/s, {x.forecast_note}"
                + (f" = {x.forecast:.4g}/s" if x.forecast is not None else "")
                + (f"; {seqs:.0f} sequences running or waiting" if seqs is not None else "")
-               + (f"; burst hold {hold:.4g}/s (half-life {x.hold_half_life_s:.0f}s)"
+               + (f"; burst hold {hold:.4g}/s (half-life {x.hold_half_life_s:.0f}s"
+                  + (f"; peak minute {peak:.4g}/s" if peak > load else "") + ")"
                   if hold > load else ""),
                f"capacity {x.per_replica:.4g}/s per replica (correction "
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
@@ -161,6 +180,12 @@ def size(x: SizingInputs) -> Need:
         need = burst_need
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need, "need": need})
     reactive, at_lead = _reactive(x)
+    if x.latency_s is not None and x.latency_s > x.slo_s and not _missing_now(x):
+        signal = LATENCY_SIGNAL[x.role]
+        reasons.append(f"{signal.value} {x.latency_s:.3g}s over the SLO, but "
+                       f"{x.recent_latency_s:.3g}s over the last minute: a miss that has "
+                       "passed adds no replica")
+        detail["recent_latency_p95_s"] = x.recent_latency_s
     if reactive:
         signal = LATENCY_SIGNAL[x.role]
         latency = "n/a" if x.latency_s is None else f"{x.latency_s:.3g}s"
@@ -171,4 +196,4 @@ def size(x: SizingInputs) -> Need:
         detail.update({"latency_signal": signal.value, "latency_p95_s": x.latency_s,
                        "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive,
                        "backlog_at_lead": at_lead, "starting": x.starting})
-    return Need(max(need, reactive), need, reactive, load, tuple(reasons), detail)
+    return Need(max(need, reactive), need, reactive, remembered, tuple(reasons), detail)

@@ -208,17 +208,23 @@ def _prefill(spec: Spec) -> dash_b.Dashboard:
     b = b.with_panel(_timeseries("Time to first token", [
         (_q(Signal.TTFT_P50_S, _pool(role)), "p50 {{pdscale_service}}"),
         (_q(Signal.TTFT_P95_S, _pool(role)), "p95 {{pdscale_service}}"),
+        (_q(Signal.TTFT_P95_RECENT_S, _pool(role)), "p95 last minute {{pdscale_service}}"),
         (_q(Signal.TTFT_P99_S, _pool(role)), "p99 {{pdscale_service}}"),
         (f"{SLO_THRESHOLD_RECORD}{_sel(_pool(role))}", "SLO {{pdscale_service}}"),
-    ], "s", fill=0))
+    ], "s", fill=0, description="Over 5 minutes, and the p95 over the last minute: pdscale "
+                                "adds a replica for latency alone only while both are over "
+                                "the SLO."))
     b = b.with_panel(_timeseries("Queue: waiting and per ready replica", [
         (_q(Signal.QUEUE_DEPTH, _pool(role)), "waiting {{pdscale_service}}"),
         (f"{_q(Signal.QUEUE_DEPTH, _pool(role))} / clamp_min("
          f"{_q(Signal.TARGETS_UP, _pool(role))}, 1)", "per replica {{pdscale_service}}"),
     ], "short"))
     b = b.with_panel(_timeseries("Prompt tokens per second", [
-        (_q(Signal.PROMPT_TOKENS_PER_S, _pool(role)), "{{pdscale_service}}")], "short",
-        width=8))
+        (_q(Signal.PROMPT_TOKENS_PER_S, _pool(role)), "5m rate {{pdscale_service}}"),
+        (_q(Signal.PROMPT_TOKENS_PEAK_PER_S, _pool(role)),
+         "peak minute in 5m {{pdscale_service}}")], "short", width=8,
+        description="The peak minute is what a burst needed; pdscale's burst hold remembers "
+                    "it."))
     b = b.with_panel(_timeseries("Prefix-cache hit rate", [
         (_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool(role)), "{{pdscale_service}}")],
         "percentunit", width=8, soft_max=1))

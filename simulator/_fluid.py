@@ -44,7 +44,7 @@ from simulator._event import PoolSetup, SimSetup, hist_quantile
 from simulator._setup import ColdStarts
 from simulator._trace import Trace
 from simulator._world import PoolSignals, SimResult, World, run_world
-from telemetry import RATE_WINDOW_S, Signal
+from telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
 __all__ = ["FluidLoad", "FluidWorld", "fluid_load_from_servegen", "fluid_load_from_trace",
            "run_fluid"]
@@ -221,6 +221,23 @@ class _Window:
         self._itl_bin[i], self._itl_weight[i] = itl_bin, generated
         self._slot = (i + 1) % self.size
         self.steps = min(self.steps + 1, self.size)
+
+    def _order(self) -> list[int]:
+        """Ring slots of the steps held, oldest first."""
+        return [(self._slot - self.steps + j) % self.size for j in range(self.steps)]
+
+    def recent_ttft(self, steps: int) -> FloatArray:
+        """The TTFT histogram of the last ``steps`` steps."""
+        out: FloatArray = self._ttft_ring[self._order()[-steps:]].sum(axis=0)
+        return out
+
+    def peak_prompt_tokens(self, steps: int) -> float | None:
+        """The most prompt tokens in ``steps`` consecutive steps within the window (None
+        until it holds that many)."""
+        if self.steps < steps:
+            return None
+        cum = np.concatenate([[0.0], np.cumsum(self._scalars[self._order(), 1])])
+        return float((cum[steps:] - cum[:-steps]).max())
 
     @property
     def requests(self) -> float:
@@ -444,6 +461,8 @@ class FluidWorld(World):
                               Signal.PROMPT_TOKENS_PER_S: w.prompt_tokens / span,
                               Signal.GENERATION_TOKENS_PER_S: w.generated / span}
         itl = w.itl_hist()
+        recent = max(1, round(RECENT_WINDOW_S / self.dt))
+        peak = w.peak_prompt_tokens(recent)
         k = self.k
         n_p = self.pools[Role.PREFILL].ready
         return {
@@ -452,6 +471,9 @@ class FluidWorld(World):
                 Signal.GPU_UTILIZATION_RATIO: min(1.0, pre.rho) if math.isfinite(pre.rho)
                 else 1.0,
                 Signal.TTFT_P95_S: hist_quantile(w.ttft, _EDGES, 0.95),
+                Signal.TTFT_P95_RECENT_S: hist_quantile(w.recent_ttft(recent), _EDGES, 0.95),
+                Signal.PROMPT_TOKENS_PEAK_PER_S: (None if peak is None
+                                                  else peak / (recent * self.dt)),
                 Signal.TTFT_P50_S: hist_quantile(w.ttft, _EDGES, 0.5),
                 Signal.PREFIX_CACHE_HIT_RATIO: self.load.prefix_hit,
                 Signal.TARGETS_UP: float(n_p)},

@@ -25,7 +25,7 @@ from simulator._event import EventSimulator
 from simulator._setup import SimSetup, _DecodeReplica, _PrefillReplica, _State, hist_quantile
 from simulator._trace import Trace
 from simulator._world import PoolSignals, SimClock, SimResult, World, build_reconciler, run_world
-from telemetry import RATE_WINDOW_S, Signal
+from telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
 __all__ = ["EventWorld", "SimResult", "attach_reconciler", "run_event"]
 
@@ -63,6 +63,7 @@ class EventWorld(World):
         self.sim.on_tick = self._on_sim_tick
         self.window_ticks = max(1, round(RATE_WINDOW_S / setup.tick_s))
         self.raw: deque[_TickRaw] = deque(maxlen=self.window_ticks)
+        self.recent_ticks = max(1, round(RECENT_WINDOW_S / setup.tick_s))
         self.series: list[dict[str, float]] = []
         self.peak: dict[Role, int] = {Role.PREFILL: 0, Role.DECODE: 0}
         self._last_busy: dict[int, float] = {}
@@ -145,6 +146,16 @@ class EventWorld(World):
             return None
         return min(1.0, self.raw[-1].busy_s[role] / (self.setup.tick_s * ready))
 
+    def _peak_prompt_rate(self) -> float | None:
+        """The highest prompt-token rate over ``RECENT_WINDOW_S`` within the rate window
+        (None until the window holds one)."""
+        n = self.recent_ticks
+        tokens = [r.prompt_tokens for r in self.raw]
+        if len(tokens) < n:
+            return None
+        sums = np.convolve(tokens, np.ones(n), mode="valid")
+        return float(sums.max()) / (n * self.setup.tick_s)
+
     def _prefill_signals(self) -> PoolSignals:
         sim = self.sim
         pre = [r for r in sim.prefill if isinstance(r, _PrefillReplica)]
@@ -152,12 +163,15 @@ class EventWorld(World):
         prompt = sum(r.prompt_tokens for r in self.raw)
         cached = sum(r.cached_tokens for r in self.raw)
         firsts = [x for r in self.raw for x in r.first_tokens]
+        recent = list(self.raw)[-self.recent_ticks:]
         return {**self._rates(),
                 Signal.QUEUE_DEPTH: float(len(sim.shared_queue) + sum(len(r.queue) for r in pre)),
                 Signal.RUNNING_REQUESTS: float(sum(len(r.active) for r in pre)),
                 Signal.PREFIX_CACHE_HIT_RATIO: cached / prompt if prompt else None,
                 Signal.TTFT_P50_S: float(np.percentile(firsts, 50)) if firsts else None,
-                Signal.TTFT_P95_S: float(np.percentile(firsts, 95)) if firsts else None,
+                Signal.TTFT_P95_S: _p95(firsts),
+                Signal.TTFT_P95_RECENT_S: _p95([x for r in recent for x in r.first_tokens]),
+                Signal.PROMPT_TOKENS_PEAK_PER_S: self._peak_prompt_rate(),
                 Signal.GPU_UTILIZATION_RATIO: self._utilisation(Role.PREFILL, ready),
                 Signal.TARGETS_UP: float(ready)}
 
@@ -302,3 +316,7 @@ def _summary(world: EventWorld, wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
         "pools": pools,
     }
+
+
+def _p95(values: list[float]) -> float | None:
+    return float(np.percentile(values, 95)) if values else None

@@ -56,6 +56,8 @@ __all__ = [
     "POOL_LABELS",
     "RATE_WINDOW",
     "RATE_WINDOW_S",
+    "RECENT_WINDOW",
+    "RECENT_WINDOW_S",
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
@@ -86,6 +88,12 @@ their names). The controller reads those series; the simulator computes its sign
 same window, so a policy sees the same smoothing in both worlds."""
 RATE_WINDOW_S = 300.0
 """:data:`RATE_WINDOW` in seconds."""
+RECENT_WINDOW = "1m"
+"""Window of the recent signals: the TTFT p95 of the last minute (whether a miss the 5-minute
+p95 still carries is still happening) and the highest one-minute prompt-token rate within the
+rate window (what a burst needed, which a 5-minute rate averages away)."""
+RECENT_WINDOW_S = 60.0
+""":data:`RECENT_WINDOW` in seconds."""
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 """Windows of the SLO error-ratio recording rules used by the multi-window burn-rate alerts."""
@@ -102,12 +110,14 @@ class Signal(StrEnum):
     RUNNING_REQUESTS = "running_requests"
     TTFT_P50_S = "ttft_p50_s"
     TTFT_P95_S = "ttft_p95_s"
+    TTFT_P95_RECENT_S = "ttft_p95_recent_s"
     TTFT_P99_S = "ttft_p99_s"
     ITL_P50_S = "itl_p50_s"
     ITL_P95_S = "itl_p95_s"
     E2E_P95_S = "e2e_p95_s"
     REQUEST_RATE = "request_rate"
     PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
+    PROMPT_TOKENS_PEAK_PER_S = "prompt_tokens_peak_per_s"
     PROMPT_TOKENS_COMPUTED_PER_S = "prompt_tokens_computed_per_s"
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     PREFIX_CACHE_HIT_RATIO = "prefix_cache_hit_ratio"
@@ -176,6 +186,8 @@ _DEFS: tuple[SignalDef, ...] = (
        "Time to first token, median over 5m"),
     _d(Signal.TTFT_P95_S, "pdscale_pool:time_to_first_token_seconds:p95_rate5m", "s",
        "Time to first token, 95th percentile over 5m"),
+    _d(Signal.TTFT_P95_RECENT_S, "pdscale_pool:time_to_first_token_seconds:p95_rate1m", "s",
+       "Time to first token, 95th percentile over the last minute"),
     _d(Signal.TTFT_P99_S, "pdscale_pool:time_to_first_token_seconds:p99_rate5m", "s",
        "Time to first token, 99th percentile over 5m"),
     _d(Signal.ITL_P50_S, "pdscale_pool:inter_token_latency_seconds:p50_rate5m", "s",
@@ -188,6 +200,8 @@ _DEFS: tuple[SignalDef, ...] = (
        "Finished requests per second"),
     _d(Signal.PROMPT_TOKENS_PER_S, "pdscale_pool:prompt_tokens:rate5m", "short",
        "Prompt tokens per second"),
+    _d(Signal.PROMPT_TOKENS_PEAK_PER_S, "pdscale_pool:prompt_tokens:rate1m_max5m", "short",
+       "Prompt tokens per second, the highest one-minute rate within the last 5m"),
     _d(Signal.PROMPT_TOKENS_COMPUTED_PER_S, "pdscale_pool:prompt_tokens_computed:rate5m",
        "short", "Prompt tokens computed per second (not served by a cache or a KV transfer): "
        "the exact prefill demand"),
@@ -531,7 +545,21 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
         table.update(_DYNAMO_FRONTEND[role])
     table.update(_GPU_AND_TARGETS)
     table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
+    table.update(_recent(table))
     return table
+
+
+def _recent(table: Mapping[Signal, str]) -> dict[Signal, str]:
+    """The recent signals, from the same expressions over :data:`RECENT_WINDOW`: the TTFT p95
+    of the last minute, and the highest one-minute prompt-token rate over the rate window (a
+    subquery at the rule group's evaluation interval)."""
+    out = {}
+    if Signal.TTFT_P95_S in table:
+        out[Signal.TTFT_P95_RECENT_S] = table[Signal.TTFT_P95_S].replace("$w", RECENT_WINDOW)
+    if Signal.PROMPT_TOKENS_PER_S in table:
+        rate = table[Signal.PROMPT_TOKENS_PER_S].replace("$w", RECENT_WINDOW)
+        out[Signal.PROMPT_TOKENS_PEAK_PER_S] = f"max_over_time(({rate})[$w:])"
+    return out
 
 
 def engine_signals(service: ServiceSpec, role: Role) -> frozenset[Signal]:

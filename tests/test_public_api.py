@@ -14,7 +14,7 @@ PUBLIC = {
     "telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "KNOWN_METRICS",
                   "POOL_LABELS", "PrometheusAuth", "PrometheusQueryError",
                   "PrometheusReader", "PrometheusUnavailable", "RATE_WINDOW",
-                  "RATE_WINDOW_S", "SLO_OBJECTIVE_RECORD",
+                  "RATE_WINDOW_S", "RECENT_WINDOW", "RECENT_WINDOW_S", "SLO_OBJECTIVE_RECORD",
                   "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "SeriesRef",
                   "Signal", "SignalDef", "SignalValue", "UnknownSignal",
                   "derive_signals", "dynamo_label_namespace",

@@ -405,3 +405,47 @@ def test_prefill_demand_is_the_engines_computed_tokens_where_exported() -> None:
         out = policy.decide(Observation(0, pools))
         sized.append(_desired(out, KEY_P))
     assert sized[0] < sized[1]
+
+
+def _with(obs: Observation, key: object, **signals: float | None) -> Observation:
+    pools = dict(obs.pools)
+    pool = obs.pools[key]  # type: ignore[index]
+    pools[key] = PoolObservation(key, pool.replicas, {**pool.signals, **signals},  # type: ignore[index,arg-type]
+                                 pool.data_time_s)
+    return Observation(obs.now_s, pools)
+
+
+def test_the_peak_minute_is_held_in_the_units_the_pool_is_sized_in() -> None:
+    """A burst averaged away by the 5-minute rate sizes the pool through its peak minute, in
+    the demand's units: the prompt tokens the pool computes itself (the engine's count where
+    exported, else prompt tokens x (1 - hit)), so a cached share is not sized for."""
+    sized = {}
+    for label, peak, extra in (("none", None, {}), ("peak", 400_000.0, {}),
+                               ("cached", 400_000.0, {"prefix_cache_hit_ratio": 0.5}),
+                               ("computed", 400_000.0, {"prompt_tokens_computed_per_s": 5_000.0})):
+        policy = _policy(burst_window=600)
+        obs = _with(_obs(0, prompt=20_000.0), KEY_P, prompt_tokens_peak_per_s=peak, **extra)
+        out = policy.decide(obs)
+        sized[label] = (_desired(out, KEY_P), out[KEY_P].detail.get("peak_1m"))
+    assert sized["none"][1] is None and sized["peak"][1] == 400_000.0
+    assert sized["cached"][1] == pytest.approx(200_000.0)
+    assert sized["computed"][1] == pytest.approx(100_000.0)
+    assert sized["peak"][0] > sized["cached"][0] > sized["computed"][0] >= sized["none"][0], sized
+    # The burst hold off: no hold, no peak.
+    off = _policy(burst_window=0).decide(_with(_obs(0), KEY_P, prompt_tokens_peak_per_s=1e6))
+    assert _desired(off, KEY_P) == _desired(_policy(burst_window=0).decide(_obs(0)), KEY_P)
+
+
+def test_a_stale_ttft_miss_does_not_climb_a_replica_each_cold_start() -> None:
+    """The 5-minute TTFT p95 carries a served burst for five minutes: with the last minute's
+    p95 within the SLO the pool stays; with it over (or unread) the latency alone adds one."""
+    for recent, grows in ((0.2, False), (0.9, True), (None, True)):
+        policy, ready, seen = _policy(), 2, []
+        for t in range(0, 300, 15):
+            obs = _with(_obs(t, ttft=1.2, ready=(ready, 2)), KEY_P, ttft_p95_recent_s=recent)
+            out = policy.decide(obs)
+            ready = _desired(out, KEY_P)  # the replicas come at once: worst case for a climb
+            seen.append(ready)
+        assert (seen[-1] > 2) is grows, (recent, seen)
+        if not grows:
+            assert any("a miss that has passed adds no replica" in r for r in out[KEY_P].reasons)

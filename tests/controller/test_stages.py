@@ -26,8 +26,9 @@ from pdscale.spec import ControllerSettings, Role
 KEY = ("svc", Role.PREFILL)
 BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_note="off",
                     per_replica=10_000.0, decode_batch=64, running=None, queue=0.0,
-                    latency_s=0.2, slo_s=0.5, backlogged=False, per_request_tokens=1500.0,
-                    ready=3, starting=0, max_replicas=40, hold=0.0, hold_half_life_s=300.0,
+                    latency_s=0.2, recent_latency_s=None, slo_s=0.5, backlogged=False,
+                    per_request_tokens=1500.0, ready=3, starting=0, max_replicas=40, hold=0.0,
+                    peak=None, hold_half_life_s=300.0,
                     nominal_per_replica=10_000.0,
                     drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0)
 
@@ -50,6 +51,34 @@ def test_the_burst_hold_sizes_the_pool_but_not_when_off() -> None:
     assert size(replace(BASE, hold=80_000.0, hold_half_life_s=0.0)).need == 3
     # What is remembered is the load, not the hold: the hold decays on its own.
     assert held.load == 30_000.0
+
+
+def test_the_burst_hold_remembers_the_peak_minute() -> None:
+    """A burst within a minute is averaged away by the 5-minute rate; the peak minute is what
+    it needed, and what the hold remembers (not when the hold is off)."""
+    peaked = size(replace(BASE, peak=70_000.0))
+    assert peaked.load == 70_000.0 and peaked.need == 7 and peaked.detail["peak_1m"] == 70_000.0
+    assert any("peak minute 7e+04/s" in r for r in peaked.reasons)
+    assert size(replace(BASE, peak=20_000.0)).load == 30_000.0  # under the demand: no effect
+    off = size(replace(BASE, peak=70_000.0, hold_half_life_s=0.0))
+    assert off.need == 3 and off.load == 30_000.0
+
+
+def test_a_latency_miss_that_has_passed_adds_no_replica() -> None:
+    """The 5-minute p95 carries a burst for five minutes after it was served: the "+1" on
+    latency alone needs the last minute's p95 over the SLO too (or unread)."""
+    stale = size(replace(BASE, latency_s=0.8, recent_latency_s=0.2))
+    assert stale.replicas == 3 and stale.reactive <= 3
+    assert any("0.2s over the last minute: a miss that has passed" in r for r in stale.reasons)
+    assert stale.detail["recent_latency_p95_s"] == 0.2
+    assert size(replace(BASE, latency_s=0.8, recent_latency_s=0.7)).replicas == 4  # still on
+    assert size(replace(BASE, latency_s=0.8, recent_latency_s=None)).replicas == 4  # unread
+    # A backlog is sized from the queue whatever the last minute says.
+    queued = size(replace(BASE, latency_s=2.0, recent_latency_s=0.2, queue=800.0))
+    assert queued.reactive == 5
+    # Demand beyond what the ready replicas carry is sized too (the model, not a guess).
+    over = size(replace(BASE, demand=45_000.0, latency_s=0.8, recent_latency_s=0.2))
+    assert over.reactive > 3 and over.replicas >= 5
 
 
 def test_decode_counts_running_and_waiting_sequences() -> None:

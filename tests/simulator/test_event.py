@@ -153,6 +153,31 @@ def test_rates_are_over_the_recording_rules_window() -> None:
     assert all(o.pools[("svc", Role.PREFILL)].signals[Signal.REQUEST_RATE] > 12 for o in burst)
 
 
+def test_the_recent_signals_see_a_burst_the_rate_window_averages_away() -> None:
+    """The peak one-minute prompt rate within the rate window shows a one-minute burst at its
+    height for the whole window (the 5-minute rate shows a fifth of it); the last minute's
+    TTFT p95 lets go of the burst a minute after it was served, the 5-minute p95 does not."""
+    rng = np.random.default_rng(5)
+    arrivals = np.sort(np.concatenate([rng.uniform(0, 1200, 2400), rng.uniform(400, 460, 3000)]))
+    policy = _Script({})
+    run_event(_setup(prefill=2, decode=4, tick_s=15.0), _trace(arrivals, 2000, 5), policy,
+              observation_delay_s=0)
+    seen = {o.now_s: o.pools[("svc", Role.PREFILL)].signals for o in policy.seen}
+    burst_rate = 3000 * 2000 / 60.0  # two replicas serve it within about 70 s
+    during = [seen[t] for t in seen if 480 <= t <= 705]
+    assert during and all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] > 0.8 * burst_rate and
+                          s[Signal.PROMPT_TOKENS_PER_S] < 0.4 * burst_rate for s in during)
+    assert all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] >= s[Signal.PROMPT_TOKENS_PER_S] - 1e-6
+               for s in seen.values() if s[Signal.PROMPT_TOKENS_PEAK_PER_S] is not None)
+    after = [seen[t] for t in seen if 900 <= t <= 1100]  # the window has let go of it
+    assert after and all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] < 0.2 * burst_rate for s in after)
+    # The burst's queue is served by about 530 s: the 5-minute p95 still carries it, the
+    # last minute's does not.
+    served = [seen[t] for t in seen if 555 <= t <= 720]
+    assert served and all(s[Signal.TTFT_P95_S] > 1.0 > s[Signal.TTFT_P95_RECENT_S]
+                          for s in served)
+
+
 def test_failure_loses_a_replica_and_its_work_is_redone() -> None:
     arrivals = np.linspace(0, 120, 600)
     setup = replace(_setup(prefill=2, decode=2), failures=((60.0, Role.DECODE),))

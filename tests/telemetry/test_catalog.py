@@ -108,18 +108,30 @@ def test_le_matcher(threshold: float, matcher: str) -> None:
 def test_the_rate_window_is_the_recorded_series_window() -> None:
     """The simulator computes its signals over RATE_WINDOW_S; the recording rules must record
     over the same window, or the benchmark measures a smoothing the controller never sees."""
-    from telemetry import RATE_WINDOW, RATE_WINDOW_S, signal_def
+    from telemetry import RATE_WINDOW, RATE_WINDOW_S, RECENT_WINDOW, RECENT_WINDOW_S, signal_def
 
     assert RATE_WINDOW_S == 300.0 and RATE_WINDOW == "5m"
+    assert RECENT_WINDOW_S == 60.0 and RECENT_WINDOW == "1m"
+    recent = {Signal.TTFT_P95_RECENT_S: f"rate{RECENT_WINDOW}",
+              Signal.PROMPT_TOKENS_PEAK_PER_S: f"rate{RECENT_WINDOW}_max{RATE_WINDOW}"}
     windowed = [s for s in Signal if signal_def(s).scope == "pool" and "rate" in
-                signal_def(s).series]
+                signal_def(s).series and s not in recent]
     assert windowed and all(signal_def(s).series.endswith(f"rate{RATE_WINDOW}")
                             for s in windowed)
+    assert all(signal_def(s).series.endswith(end) for s, end in recent.items())
     from pdscale.spec import load_spec
     from tests.conftest import ROOT
 
     svc = load_spec(ROOT / "examples" / "vllm.yaml").services[0]
     assert f"[{RATE_WINDOW}]" in pool_expr(Signal.PROMPT_TOKENS_PER_S, svc, Role.PREFILL)
+    # The recent signals: the same expressions over the last minute; the peak minute is the
+    # highest of those one-minute rates within the rate window.
+    p95 = pool_expr(Signal.TTFT_P95_S, svc, Role.PREFILL)
+    assert pool_expr(Signal.TTFT_P95_RECENT_S, svc, Role.PREFILL) == \
+        p95.replace(f"[{RATE_WINDOW}]", f"[{RECENT_WINDOW}]")
+    rate = pool_expr(Signal.PROMPT_TOKENS_PER_S, svc, Role.PREFILL)
+    assert pool_expr(Signal.PROMPT_TOKENS_PEAK_PER_S, svc, Role.PREFILL) == \
+        f"max_over_time(({rate.replace(f'[{RATE_WINDOW}]', f'[{RECENT_WINDOW}]')})[{RATE_WINDOW}:])"
 
 
 def test_derived_signals_divide_token_rates_by_the_request_rate() -> None:
