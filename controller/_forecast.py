@@ -52,11 +52,14 @@ class ForecastStage:
     """The online forecasters of every pool, their refits and a forecast cache."""
 
     def __init__(self, leads_s: Mapping[PoolKey, float], settings: ControllerSettings, *,
-                 resolution_s: float = 60.0, min_history_s: float = 1800.0,
+                 resolution_s: float = 60.0, min_history_s: float = 600.0,
                  forecast_every_s: float = 120.0,
                  make: Callable[[], OnlineForecaster] | None = None) -> None:
         """``leads_s``: each pool's lead until the policy says otherwise (its default cold
-        start plus one tick), so forecasts can be computed before the first tick."""
+        start plus one tick), so forecasts can be computed before the first tick.
+        ``min_history_s``: a pool is forecast once its history spans this long (10 minutes:
+        the forecaster's short-history model needs minutes, not hours; at 30 minutes the
+        one-hour Mooncake trace lost 0.11-0.16 points on the mean of five seeds)."""
         self.quantile = settings.scale_up_quantile
         self.resolution_s = resolution_s
         self.min_history_s = min_history_s

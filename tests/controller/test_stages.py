@@ -221,14 +221,15 @@ def _feed(stage: ForecastStage, minutes: int, start: float = 0.0) -> None:
 
 def test_no_forecast_until_there_is_history_and_a_fit() -> None:
     stage = _stage()
-    _feed(stage, 30)
-    got = stage.forecast(KEY, 1800.0, 75.0)
+    assert stage.min_history_s == 600.0  # minutes of history, not an hour
+    _feed(stage, 9)
+    got = stage.forecast(KEY, 540.0, 75.0)
     assert isinstance(got, NoForecast) and "history too short" in got.reason
-    assert stage.pending_refits(1800.0) == []
-    _feed(stage, 60, start=1800.0)
-    got = stage.forecast(KEY, 5400.0, 75.0)
+    assert stage.pending_refits(540.0) == []
+    _feed(stage, 60, start=540.0)
+    got = stage.forecast(KEY, 4140.0, 75.0)
     assert isinstance(got, NoForecast) and "first fit" in got.reason
-    assert stage.pending_refits(5400.0) == [KEY]
+    assert stage.pending_refits(4140.0) == [KEY]
 
 
 def test_a_fitted_stage_returns_a_typed_forecast_and_reuses_it() -> None:
