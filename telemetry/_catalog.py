@@ -553,12 +553,16 @@ def _recent(table: Mapping[Signal, str]) -> dict[Signal, str]:
     """The recent signals, from the same expressions over :data:`RECENT_WINDOW`: the TTFT p95
     of the last minute, and the highest one-minute prompt-token rate over the rate window (a
     subquery at the rule group's evaluation interval)."""
+    def recent(signal: Signal) -> str:
+        # Only the window: the selectors ($eng, $wrk, ...) stay for pool_expr to fill.
+        return Template(table[signal]).safe_substitute(w=RECENT_WINDOW)
+
     out = {}
     if Signal.TTFT_P95_S in table:
-        out[Signal.TTFT_P95_RECENT_S] = table[Signal.TTFT_P95_S].replace("$w", RECENT_WINDOW)
+        out[Signal.TTFT_P95_RECENT_S] = recent(Signal.TTFT_P95_S)
     if Signal.PROMPT_TOKENS_PER_S in table:
-        rate = table[Signal.PROMPT_TOKENS_PER_S].replace("$w", RECENT_WINDOW)
-        out[Signal.PROMPT_TOKENS_PEAK_PER_S] = f"max_over_time(({rate})[$w:])"
+        out[Signal.PROMPT_TOKENS_PEAK_PER_S] = \
+            f"max_over_time(({recent(Signal.PROMPT_TOKENS_PER_S)})[$w:])"
     return out
 
 

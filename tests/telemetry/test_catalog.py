@@ -142,3 +142,12 @@ def test_derived_signals_divide_token_rates_by_the_request_rate() -> None:
     assert out[Signal.MEAN_PROMPT_TOKENS] == 1000.0 and out[Signal.MEAN_OUTPUT_TOKENS] is None
     idle = derive_signals({Signal.REQUEST_RATE: 0.0, Signal.PROMPT_TOKENS_PER_S: 0.0})
     assert idle[Signal.MEAN_PROMPT_TOKENS] is None  # missing, not zero
+
+
+def test_the_recent_signals_change_only_the_window_not_the_selectors() -> None:
+    """``$w`` is the window; ``$wrk`` (a Dynamo worker's selector) must survive untouched."""
+    from telemetry._catalog import _recent
+
+    got = _recent({Signal.TTFT_P95_S: "q(x{$wrk}[$w])", Signal.PROMPT_TOKENS_PER_S: "r{$eng}[$w]"})
+    assert got[Signal.TTFT_P95_RECENT_S] == "q(x{$wrk}[1m])"
+    assert got[Signal.PROMPT_TOKENS_PEAK_PER_S] == "max_over_time((r{$eng}[1m])[$w:])"
