@@ -91,10 +91,25 @@ ORACLE_FACTOR = 1.10
 """pdscale's GPU-hours at most this multiple of the oracle's (issue 16; 1.15 before it)."""
 
 
+ATTAINMENT_TARGET = 0.99
+CEILING_MARGIN = 0.003
+"""Where static (sized for the trace's peak) itself stays under 99 %, the attainment target is
+static's ceiling less 0.3 points (issue 16: "on Mooncake, at least static's own ceiling less
+0.3 points"): requests that no allocation serves within the SLO are not the policy's to win."""
+
+
+def attainment_target(static_attainment: float | None) -> float:
+    """99 %, or static's own ceiling less :data:`CEILING_MARGIN` where that is lower."""
+    if static_attainment is None:
+        return ATTAINMENT_TARGET
+    return min(ATTAINMENT_TARGET, static_attainment - CEILING_MARGIN)
+
+
 def targets(rows: list[dict[str, Any]], cold_start_s: float = 60.0) -> list[dict[str, Any]]:
-    """The targets per trace at one cold start: pdscale attainment >= 99 % on at most
-    :data:`ORACLE_FACTOR` x the oracle's GPU-hours (issue 16); >= 20 % fewer GPU-hours than
-    reactive at equal or better attainment; better than dynamo on both."""
+    """The targets per trace at one cold start: pdscale attainment >= 99 % (or static's
+    ceiling less 0.3 points, :func:`attainment_target`) on at most :data:`ORACLE_FACTOR` x the
+    oracle's GPU-hours (issue 16); >= 20 % fewer GPU-hours than reactive at equal or better
+    attainment; better than dynamo on both."""
     out = []
     for trace in dict.fromkeys(r["trace"] for r in rows):
         by = {r["policy"]: r for r in rows
@@ -102,9 +117,10 @@ def targets(rows: list[dict[str, Any]], cold_start_s: float = 60.0) -> list[dict
         if not {"pdscale", "oracle", "reactive", "dynamo"} <= by.keys():
             continue
         p, o, r, d = by["pdscale"], by["oracle"], by["reactive"], by["dynamo"]
+        goal = attainment_target(by["static"]["slo_attainment"] if "static" in by else None)
         out.append({
-            "trace": trace, "cold_start_s": cold_start_s,
-            "attainment": p["slo_attainment"], "attainment_ok": p["slo_attainment"] >= 0.99,
+            "trace": trace, "cold_start_s": cold_start_s, "attainment_target": goal,
+            "attainment": p["slo_attainment"], "attainment_ok": p["slo_attainment"] >= goal,
             "vs_oracle_gpu": p["gpu_hours"] / o["gpu_hours"],
             "vs_oracle_ok": p["gpu_hours"] <= ORACLE_FACTOR * o["gpu_hours"],
             "saving_vs_reactive": 1 - p["gpu_hours"] / r["gpu_hours"],
@@ -139,12 +155,15 @@ def _targets_table(checks: list[dict[str, Any]]) -> str:
     def mark(ok: bool) -> str:
         return "yes" if ok else "**no**"
 
-    lines = [f"| trace | pdscale attainment (>= 99 %) | GPU-hours / oracle "
+    lines = [f"| trace | pdscale attainment (target: 99 %, or static's less 0.3 points) | "
+             f"GPU-hours / oracle "
              f"(<= {ORACLE_FACTOR:.2f}) | "
              "fewer GPU-hours than reactive (>= 20 %, attainment >= reactive) | "
              "beats dynamo on both |", "|---|---|---|---|---|"]
     for c in checks:
-        lines.append(f"| {c['trace']} | {c['attainment']:.2%} {mark(c['attainment_ok'])} | "
+        goal = c.get("attainment_target", ATTAINMENT_TARGET)
+        lines.append(f"| {c['trace']} | {c['attainment']:.2%} of {goal:.2%} "
+                     f"{mark(c['attainment_ok'])} | "
                      f"{c['vs_oracle_gpu']:.2f} {mark(c['vs_oracle_ok'])} | "
                      f"{c['saving_vs_reactive']:.1%} {mark(c['vs_reactive_ok'])} | "
                      f"{mark(c['vs_dynamo_ok'])} |")
