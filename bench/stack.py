@@ -1003,7 +1003,8 @@ def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] |
     options = SimOptions(trace=str(SHARED / TRACES[row["trace"]].file), mode="event",
                          policy=row["policy"], start_s=float(row["start_min"]) * 60,
                          duration_s=float(row["minutes"]) * 60, scale=float(row["scale"]),
-                         cold_start_s=float(row["cold_start_s"]), seed=int(row.get("seed", 0)))
+                         cold_start_s=float(row["cold_start_s"]), seed=int(row.get("seed", 0)),
+                         max_prompt_tokens=MAX_PROMPT_TOKENS)
     result, _ = simulate(load_spec(spec_path), options)
     s = result.summary
     return {k: s[k] for k in ("slo_attainment", "ttft_p50_s", "ttft_p95_s", "gpu_hours")} | {

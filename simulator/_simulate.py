@@ -7,6 +7,7 @@ per-minute timeseries.csv, decisions.json and PNG plots) for the CLI to write at
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -69,6 +70,9 @@ class SimOptions:
     observation_delay_s: float = 30.0
     prefix_hit: float | None = None
     """Prefix-cache hit rate assumed by the fluid mode (event mode simulates it)."""
+    max_prompt_tokens: int | None = None
+    """Prompts longer than this are clipped to it (None: as recorded), as a deployment's
+    context limit clips them; a replay against a real stack clips them the same way."""
 
 
 def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
@@ -190,6 +194,12 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
                            seed=options.seed, start_s=options.start_s, duration_s=duration)
         trace = trace.scaled(options.scale, seed=options.seed)
+        if options.max_prompt_tokens is not None:
+            if options.max_prompt_tokens < 1:
+                raise ValueError(f"max_prompt_tokens must be at least 1 (None: no clipping); "
+                                 f"got {options.max_prompt_tokens}")
+            trace = dataclasses.replace(trace, prompt_tokens=np.minimum(
+                trace.prompt_tokens, options.max_prompt_tokens))
         if len(trace) == 0:
             raise TraceError("the trace has no requests after --scale and the time window")
     mode = _resolve_mode(options, trace)
@@ -231,6 +241,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         "mode": mode,
         "seed": options.seed,
         "scale": options.scale,
+        "max_prompt_tokens": options.max_prompt_tokens,
         "router": options.router,
         "cold_start_s": {r.value: getattr(setup, r.value).cold_start_s for r in Role},
         "cold_start_spread": {r.value: getattr(setup, r.value).cold_start_spread for r in Role},

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -78,3 +79,24 @@ def test_simulate_shared_traces(trace: str, tmp_path: Path) -> None:
                  "--policy", "oracle", "--no-plots", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] > 8000
+
+
+def test_prompts_are_clipped_where_asked(tmp_path: Path) -> None:
+    # A stack replay clips prompts at the model's context; the simulator can clip them alike.
+    from pdscale.spec import load_spec
+    from simulator import SimOptions, simulate
+
+    trace = tmp_path / "long.csv"
+    rows = [f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.0,{40000 + 100 * i},20" for i in range(120)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    spec = load_spec(Path(SPEC))
+    base = SimOptions(trace=str(trace), fmt="azure", policy="oracle", mode="event")
+    whole, _ = simulate(spec, base)
+    clipped, _ = simulate(spec, dataclasses.replace(base, max_prompt_tokens=2000))
+    assert whole.summary["max_prompt_tokens"] is None
+    assert clipped.summary["max_prompt_tokens"] == 2000
+    # Prompts 20-100x shorter: less prefill work, so fewer prefill GPU-hours for the oracle.
+    assert clipped.summary["pools"]["prefill"]["gpu_hours"] < \
+        whole.summary["pools"]["prefill"]["gpu_hours"]
+    with pytest.raises(ValueError, match="max_prompt_tokens must be at least 1"):
+        simulate(spec, dataclasses.replace(base, max_prompt_tokens=0))
