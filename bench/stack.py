@@ -804,9 +804,8 @@ def load_window(name: str, start_min: float, minutes: float, scale: float, seed:
     from simulator._trace import load_trace
 
     trace = load_trace(SHARED / TRACES[name].file)
-    window = trace.window(start_min * 60, minutes * 60).scaled(scale, seed=seed)
-    return dataclasses.replace(window, prompt_tokens=np.minimum(window.prompt_tokens,
-                                                                MAX_PROMPT_TOKENS))
+    return trace.window(start_min * 60, minutes * 60).scaled(scale, seed=seed).clipped(
+        MAX_PROMPT_TOKENS)
 
 
 def autoscaled_start(trace: Any, spec_path: Path, cold_start_s: float) -> dict[Role, int]:

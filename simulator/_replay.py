@@ -195,7 +195,7 @@ def _prepare(trace: Trace, options: ReplayOptions) -> tuple[Trace, list[str]]:
     if len(window) > options.max_requests:
         window = window.take(np.arange(options.max_requests))
         notes.append(f"cut to the first {options.max_requests} requests")
-    return window, notes
+    return window.clipped(options.max_prompt_tokens), notes
 
 
 async def _one(client: Any, url: str, model: str, prompt: str, rec: RequestRecord,
@@ -266,7 +266,7 @@ async def replay_async(trace: Trace, url: str, model: str, vocabulary: Sequence[
     window, notes = _prepare(trace, options)
     builder = PromptBuilder(vocabulary, seed=options.seed)
     records = [RequestRecord(i, float(window.arrival_s[i]),
-                             min(int(window.prompt_tokens[i]), options.max_prompt_tokens),
+                             int(window.prompt_tokens[i]),
                              max(1, int(window.output_tokens[i]))) for i in range(len(window))]
     gate = asyncio.Semaphore(options.max_in_flight)
     samples: list[tuple[float, dict[str, int]]] = []

@@ -7,7 +7,6 @@ per-minute timeseries.csv, decisions.json and PNG plots) for the CLI to write at
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import math
@@ -195,11 +194,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
                            seed=options.seed, start_s=options.start_s, duration_s=duration)
         trace = trace.scaled(options.scale, seed=options.seed)
         if options.max_prompt_tokens is not None:
-            if options.max_prompt_tokens < 1:
-                raise ValueError(f"max_prompt_tokens must be at least 1 (None: no clipping); "
-                                 f"got {options.max_prompt_tokens}")
-            trace = dataclasses.replace(trace, prompt_tokens=np.minimum(
-                trace.prompt_tokens, options.max_prompt_tokens))
+            trace = trace.clipped(options.max_prompt_tokens)
         if len(trace) == 0:
             raise TraceError("the trace has no requests after --scale and the time window")
     mode = _resolve_mode(options, trace)

@@ -91,6 +91,14 @@ class Trace:
         out = self.take(np.flatnonzero(mask))
         return replace(out, arrival_s=out.arrival_s - start_s)
 
+    def clipped(self, max_prompt_tokens: int) -> Trace:
+        """Prompts longer than ``max_prompt_tokens`` cut to it, as a model's context limit cuts
+        them (a replay against a real stack sends them so)."""
+        if max_prompt_tokens < 1:
+            raise TraceError(f"max_prompt_tokens must be at least 1 (None: no clipping); got "
+                             f"{max_prompt_tokens}")
+        return replace(self, prompt_tokens=np.minimum(self.prompt_tokens, max_prompt_tokens))
+
     def scaled(self, factor: float, *, seed: int = 0) -> Trace:
         """Thin (factor < 1) or multiply (factor > 1) arrivals, keeping the time pattern.
 
