@@ -4,13 +4,21 @@ A profile is a small YAML file (see ``controller/profiles/`` for the shipped one
 their numbers come from). Prefill time of one prompt of L tokens is ``a + b*L + c*L^2`` ms;
 under chunked prefill an iteration that advances a prompt from p to p + x tokens costs the
 linear term on x and the quadratic term on ``(p + x)^2 - p^2`` (so the chunks of one prompt add
-up to the whole prompt's cost), plus ``a`` once per iteration. A decode step of B sequences
-holding K resident KV tokens takes ``d0 + d1*B + d2*K/1000`` ms.
+up to the whole prompt's cost), plus ``a`` once per iteration. That is attention over the
+whole context prefilled so far, as real engines compute it (``prefill_attention: context``, the
+default). ``prefill_attention: iteration`` charges an iteration of T new tokens ``a + b*T +
+c*T^2`` whichever prompts they come from, as if they were one: Dynamo's mocker does that (its
+polynomial takes the batch's total new tokens), so a 32k-token prompt takes it about 0.68 s of
+prefill in four 8,192-token chunks (0.735 s measured with the frontend's overhead,
+shared/REFERENCE.md section 6) where the context rule gives 1.02 s, and a full iteration costs
+the same however many prompts share it. A decode step of B sequences holding
+K resident KV tokens takes ``d0 + d1*B + d2*K/1000`` ms.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -18,7 +26,13 @@ from typing import Any
 
 import yaml
 
-__all__ = ["InstanceProfile", "ProfileError", "builtin_profiles", "load_profile"]
+__all__ = ["ATTENTION_SCOPES", "InstanceProfile", "ProfileError", "builtin_profiles",
+           "load_profile"]
+
+
+ATTENTION_SCOPES = ("context", "iteration")
+"""What prefill's quadratic term is charged on: each prompt's whole context prefilled so far
+(real engines), or an iteration's total new tokens (Dynamo's mocker)."""
 
 
 class ProfileError(ValueError):
@@ -43,15 +57,33 @@ class InstanceProfile:
     kv_latency_ms: float
     kv_bandwidth_gb_s: float
     cold_start_s: float
+    prefill_attention: str = "context"
+    """One of :data:`ATTENTION_SCOPES` (see the module docstring)."""
 
     def prefill_ms(self, tokens: float) -> float:
-        """GPU time to prefill one prompt of ``tokens`` tokens in one iteration."""
+        """GPU time to prefill one prompt of ``tokens`` tokens alone: one iteration (context
+        scope, as always), or one iteration per chunk (iteration scope)."""
+        if self.prefill_attention == "iteration" and tokens > self.max_prefill_tokens_per_iter:
+            size = float(self.max_prefill_tokens_per_iter)
+            whole, rest = divmod(float(tokens), size)
+            one = self.prefill_a_ms + self.prefill_b_ms * size + self.prefill_c_ms * size**2
+            return whole * one + (self.prefill_a_ms + self.prefill_b_ms * rest
+                                  + self.prefill_c_ms * rest**2 if rest > 0 else 0.0)
         return self.prefill_a_ms + self.prefill_b_ms * tokens + self.prefill_c_ms * tokens**2
 
     def chunk_ms(self, done: float, chunk: float) -> float:
         """Linear and attention cost of advancing a prompt from ``done`` by ``chunk`` tokens
-        (without the per-iteration constant)."""
+        against its whole context so far (without the per-iteration constant)."""
         return self.prefill_b_ms * chunk + self.prefill_c_ms * ((done + chunk) ** 2 - done**2)
+
+    def iteration_ms(self, chunks: Sequence[tuple[float, float]]) -> float:
+        """One prefill iteration advancing prompts by ``(done, chunk)`` tokens each: ``a``
+        plus each chunk's cost (context scope), or ``a + b*T + c*T^2`` for its T tokens in all
+        (iteration scope)."""
+        if self.prefill_attention == "iteration":
+            total = float(sum(x for _, x in chunks))
+            return self.prefill_a_ms + self.prefill_b_ms * total + self.prefill_c_ms * total**2
+        return self.prefill_a_ms + sum(self.chunk_ms(done, x) for done, x in chunks)
 
     def decode_step_ms(self, batch: float, kv_tokens: float) -> float:
         return self.decode_d0_ms + self.decode_d1_ms * batch + self.decode_d2_ms * kv_tokens / 1000
@@ -62,9 +94,12 @@ class InstanceProfile:
 
     def prefill_tokens_per_s(self, mean_tokens: float, mean_sq_tokens: float) -> float:
         """Saturated prefill throughput (full chunked iterations) for a length mix with the
-        given E[L] and E[L^2]."""
-        per_token_ms = (self.prefill_b_ms + self.prefill_c_ms * mean_sq_tokens /
-                        max(mean_tokens, 1.0) + self.prefill_a_ms /
+        given E[L] and E[L^2]. A token's attention costs ``c`` times E[L^2]/E[L] (context
+        scope), or ``c`` times a full iteration's tokens (iteration scope)."""
+        attended = mean_sq_tokens / max(mean_tokens, 1.0)
+        if self.prefill_attention == "iteration":
+            attended = float(self.max_prefill_tokens_per_iter)
+        per_token_ms = (self.prefill_b_ms + self.prefill_c_ms * attended + self.prefill_a_ms /
                         self.max_prefill_tokens_per_iter)
         return 1000.0 / per_token_ms
 
@@ -97,6 +132,12 @@ def _parse(raw: Any, source: str) -> InstanceProfile:
         return float(value)
 
     p, d, kv = raw["prefill_ms"], raw["decode_step_ms"], raw["kv_transfer"]
+    scope = raw.get("prefill_attention", "context")
+    if scope not in ATTENTION_SCOPES:
+        raise ProfileError(f"{source}: prefill_attention must be one of "
+                           f"{', '.join(ATTENTION_SCOPES)} (context: over each prompt's whole "
+                           f"context so far, as real engines; iteration: over an iteration's "
+                           f"total tokens, as Dynamo's mocker), got {scope!r}")
     return InstanceProfile(
         name=str(raw["name"]), gpu=str(raw["gpu"]),
         prefill_a_ms=num(p["a"], "prefill_ms.a", positive=False),
@@ -114,6 +155,7 @@ def _parse(raw: Any, source: str) -> InstanceProfile:
         kv_latency_ms=num(kv["latency_ms"], "kv_transfer.latency_ms", positive=False),
         kv_bandwidth_gb_s=num(kv["bandwidth_gb_s"], "kv_transfer.bandwidth_gb_s"),
         cold_start_s=num(raw["cold_start_s"], "cold_start_s", positive=False),
+        prefill_attention=scope,
     )
 
 

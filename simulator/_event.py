@@ -350,8 +350,8 @@ class EventSimulator:
             return
         profile = self.setup.prefill.profile
         budget = profile.max_prefill_tokens_per_iter
-        cost = profile.prefill_a_ms
         chunks: list[tuple[int, int]] = []
+        spans: list[tuple[float, float]] = []  # (tokens done before, chunk) for the cost
         sources: list[deque[int]] = [r.queue]
         if r.state is _State.READY:
             sources.append(self.shared_queue)
@@ -360,7 +360,7 @@ class EventSimulator:
                 break
             left = int(self.prompt[req]) - int(self.cached[req]) - int(self.done[req])
             x = min(left, budget)
-            cost += profile.chunk_ms(float(self.cached[req] + self.done[req]), x)
+            spans.append((float(self.cached[req] + self.done[req]), x))
             chunks.append((req, x))
             budget -= x
         for source in sources:
@@ -375,14 +375,14 @@ class EventSimulator:
                 r.active.append(req)
                 left = int(self.prompt[req]) - int(self.cached[req])
                 x = min(left, budget)
-                cost += profile.chunk_ms(float(self.cached[req]), x)
+                spans.append((float(self.cached[req]), x))
                 chunks.append((req, x))
                 budget -= x
         if not chunks:
             self._maybe_gone(r)
             return
         r.busy = True
-        duration = cost / 1000.0
+        duration = profile.iteration_ms(spans) / 1000.0
         r.busy_s += duration
         self._pending_chunks[r.id] = chunks
         self._push(self.now + duration, _Ev.PREFILL_DONE, r.id, 0)

@@ -57,6 +57,24 @@ def test_light_load_latency_is_the_sum_of_its_parts() -> None:
     assert tpot == pytest.approx(H100.decode_step_ms(1, 1005) / 1000, rel=0.01)
 
 
+def test_a_mocker_prefill_worker_runs_an_iteration_at_its_total_tokens() -> None:
+    """A 32k-token prompt alone takes the mocker four full iterations; of four 2k prompts
+    that arrive together, the first starts an iteration alone and the other three share the
+    next, each waiting for all of its 6k tokens."""
+    mocker = load_profile("dynamo-mocker-1.6.1")
+    full = mocker.prefill_ms(8192) / 1000
+    sim = EventSimulator(_setup(profile=mocker), _trace(np.array([0.0]), 32768, 2))
+    sim.run()
+    assert sim.prefill_end[0] - sim.arrival[0] == pytest.approx(4 * full, rel=1e-6)
+    sim = EventSimulator(_setup(profile=mocker), _trace(np.zeros(4), 2048, 2))
+    sim.run()
+    first = mocker.prefill_ms(2048) / 1000
+    shared = mocker.iteration_ms([(0.0, 2048.0)] * 3) / 1000
+    assert shared == pytest.approx(mocker.prefill_ms(3 * 2048) / 1000)
+    assert sim.prefill_end - sim.arrival == pytest.approx(
+        [first, first + shared, first + shared, first + shared], rel=1e-6)
+
+
 def test_batching_makes_decode_steps_slower() -> None:
     arrivals = np.linspace(0, 1, 200)
     sim = EventSimulator(_setup(prefill=8), _trace(arrivals, 500, 400))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,42 @@ def test_chunks_add_up_to_the_whole_prompt() -> None:
     whole = p.chunk_ms(0, 12000)
     pieces = p.chunk_ms(0, 8192) + p.chunk_ms(8192, 12000 - 8192)
     assert pieces == pytest.approx(whole)
+
+
+def test_the_mocker_charges_an_iteration_on_its_total_tokens() -> None:
+    """Dynamo's mocker prices an iteration by its T new tokens (a + bT + cT^2), whichever
+    prompts they come from; real engines' profiles charge each prompt's whole context."""
+    mocker = load_profile("dynamo-mocker-1.6.1")
+    assert mocker.prefill_attention == "iteration"
+    assert load_profile("h100-80gb-llama-3.1-8b").prefill_attention == "context"
+    full = mocker.prefill_ms(8192)
+    # Four 2k-token prompts in one iteration cost what one 8k chunk does...
+    assert mocker.iteration_ms([(0.0, 2048.0)] * 4) == pytest.approx(full)
+    # ... and a 32k prompt four such iterations, not the context rule's 1.02 s.
+    assert mocker.prefill_ms(32768) == pytest.approx(4 * full)
+    context = replace(mocker, prefill_attention="context")
+    assert context.prefill_ms(32768) > 1.4 * mocker.prefill_ms(32768)
+    assert context.iteration_ms([(0.0, 2048.0)] * 4) < full
+    # Measured on the loopback stack (shared/REFERENCE.md section 6): 0.735 s for 32k tokens
+    # with the frontend's 50-80 ms.
+    assert 0.735 - 0.080 <= mocker.prefill_ms(32768) / 1000 <= 0.735 - 0.050
+    # Saturated, every iteration is full whatever the prompts' lengths.
+    assert mocker.prefill_tokens_per_s(500.0, 500.0 ** 2) == \
+        pytest.approx(8192 / full * 1000)
+    assert mocker.prefill_tokens_per_s(20000.0, 20000.0 ** 2) == \
+        pytest.approx(8192 / full * 1000)
+
+
+def test_a_profile_with_an_unknown_attention_scope_is_refused(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
+            "dynamo-mocker-1.6.1.yaml").read_text()
+    path = tmp_path / "odd.yaml"
+    path.write_text(text.replace("prefill_attention: iteration", "prefill_attention: chunk"))
+    with pytest.raises(ProfileError, match=r"prefill_attention must be one of context, "
+                       r"iteration.*got 'chunk'"):
+        load_profile(str(path))
+    path.write_text(text.replace("prefill_attention: iteration\n", ""))
+    assert load_profile(str(path)).prefill_attention == "context"
 
 
 @pytest.mark.skipif(not CALIBRATION.exists(), reason="../shared/calibration is absent")
