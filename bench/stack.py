@@ -571,14 +571,29 @@ def targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         attain_ok = p["slo_attainment"] >= 0.99
         cheaper = best is not None and \
             p["worker_hours"] < best["worker_hours"] * (1 - SAME_ALLOCATION)
+        over, binned = bins_over_slo(p)
         out.append({
             "trace": trace, "cold_start_s": cold, "attainment": p["slo_attainment"],
-            "attainment_ok": attain_ok, "worker_hours": p["worker_hours"],
+            "attainment_ok": attain_ok, "ttft_p95_s": p.get("ttft_p95_s"),
+            "slo_ttft_s": p.get("slo_ttft_s"), "bins_over_slo": over, "bins": binned,
+            "worker_hours": p["worker_hours"],
             "smallest_static": None if best is None else best["policy"],
             "smallest_static_worker_hours": None if best is None else best["worker_hours"],
             "statics_tried": [f"{r['policy']} {r['slo_attainment']:.1%}" for r in statics],
             "cheaper_ok": cheaper, "met": attain_ok and cheaper})
     return out
+
+
+def bins_over_slo(row: Mapping[str, Any]) -> tuple[int, int]:
+    """(bins of the run's timeline whose client TTFT p95 is over the TTFT SLO, bins with any
+    request): the SLO as the spec states it, a 95th percentile, over ``BIN_S`` at a time. The
+    attainment target (99 % of requests within the SLO's value) is stricter: a pool held at a
+    p95 just under the SLO misses it for up to 5 % of requests."""
+    slo = row.get("slo_ttft_s")
+    p95 = [v for v in (row.get("timeline") or {}).get("ttft_p95_s", []) if v is not None]
+    if slo is None:
+        return 0, 0
+    return sum(1 for v in p95 if v > slo), len(p95)
 
 
 def starved(row: Mapping[str, Any]) -> bool:
@@ -661,14 +676,20 @@ def own_policy(row: Mapping[str, Any]) -> str:
 
 
 def targets_table(checks: Sequence[Mapping[str, Any]]) -> str:
-    lines = ["| trace | cold s | pdscale attainment (>= 99 %) | pdscale worker-hours | "
+    lines = ["| trace | cold s | pdscale attainment (>= 99 %) | pdscale TTFT p95, the SLO's "
+             f"percentile (window; {BIN_S:g}-s bins over the SLO) | pdscale worker-hours | "
              "smallest static at >= 99 % | fewer worker-hours | statics tried |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for c in checks:
         best = "none reached 99 %" if c["smallest_static"] is None else \
             f"{c['smallest_static']} ({c['smallest_static_worker_hours']:.3f})"
+        p95 = c.get("ttft_p95_s")
+        slo = c.get("slo_ttft_s")
+        within = "n/a" if p95 is None or slo is None else \
+            f"{p95:.3f} s {'<=' if p95 <= slo else '**>**'} {slo:g} s"
         lines.append(f"| {c['trace']} | {c['cold_start_s']:g} | {c['attainment']:.2%} "
                      f"{'yes' if c['attainment_ok'] else '**no**'} | "
+                     f"{within} ({c.get('bins_over_slo', 0)} of {c.get('bins', 0)}) | "
                      f"{c['worker_hours']:.3f} | {best} | "
                      f"{'yes' if c['cheaper_ok'] else '**no**'} | "
                      f"{'; '.join(c['statics_tried']) or 'none'} |")
