@@ -21,7 +21,7 @@ from controller import (
     load_profile,
 )
 from controller._perf import HEADROOM
-from controller._policy import LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
+from controller._policy import KV_GATE, LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
 from telemetry import Signal
 
@@ -131,6 +131,28 @@ def test_a_queue_cleared_within_the_slo_is_a_backlog_only_while_the_tail_shows_i
         reasons = out[KEY_P].reasons
         assert any(r.startswith("reactive:") for r in reasons) is fires, (ttft, reasons)
         assert any(r.startswith("a backlog built") for r in reasons) is fires
+
+
+def test_a_decode_queue_is_a_backlog_only_while_step_time_or_memory_is_short() -> None:
+    """A decode queue over the count (3 waiting on 1 ready) is a backlog while the ITL p95 is
+    over the step share the capacity model plans for (HEADROOM of the SLO) or the KV cache is
+    KV_GATE full, or either is unread; with step time and memory to spare it is not (on the
+    real stack such queues added decode workers three times, for nothing)."""
+    slo = 0.05
+    cases = ((0.5 * slo, 0.4, False), (0.9 * HEADROOM * slo, 0.9 * KV_GATE, False),
+             (1.1 * HEADROOM * slo, 0.4, True), (0.5 * slo, KV_GATE, True),
+             (None, 0.4, True), (0.5 * slo, None, True))
+    for itl, kv, fires in cases:
+        policy = _policy(burst_window=0)
+        obs = _obs(0, gen=500.0, itl=itl, ready=(2, 1))
+        obs.pools[KEY_D].signals["queue_depth"] = 3.0  # type: ignore[index]
+        if kv is not None:
+            obs.pools[KEY_D].signals["kv_cache_usage_ratio"] = kv  # type: ignore[index]
+        out = policy.decide(obs)
+        reasons = out[KEY_D].reasons
+        assert any(r.startswith("reactive:") for r in reasons) is fires, (itl, kv, reasons)
+        assert (_desired(out, KEY_D) >= 2) is fires, (itl, kv, reasons)
+        assert (policy.state[KEY_D].capacity.correction < 1.0) is fires
 
 
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
