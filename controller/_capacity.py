@@ -24,7 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from controller._perf import HEADROOM, DecodePoint, decode_operating_point, prefill_capacity
+from controller._perf import (
+    HEADROOM,
+    DecodePoint,
+    decode_batch_limit,
+    decode_operating_point,
+    prefill_capacity,
+)
 from controller._profiles import InstanceProfile
 from pdscale.spec import Role
 
@@ -91,6 +97,12 @@ class CapacityModel:
         if self._point is None or self._point[0] != key:
             self._point = (key, decode_operating_point(self.profile, self.slo_s * HEADROOM, ctx))
         return self._point[1]
+
+    def decode_batch_limit(self) -> int:
+        """The most sequences one decode replica holds at all (the engine's cap or its KV
+        cache, for the mean context), whatever the ITL."""
+        return decode_batch_limit(self.profile, self.mean_prompt_tokens +
+                                  self.mean_output_tokens / 2)
 
     def decode_batch(self) -> int:
         """Sequences one decode replica holds at the ITL SLO (with the correction)."""

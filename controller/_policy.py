@@ -120,9 +120,10 @@ LATENCY_GATE_SHARE = 0.5
 SLO (the queues seen over the latency window have been hurting the tail)."""
 KV_GATE = 0.8
 """A decode queue is a backlog only while the ITL p95 is over the share of the ITL SLO the
-capacity model plans a step for (``HEADROOM``: under it the pool has step time to admit more)
-or the decode pool's KV cache is at least this full (its waiting sequences wait for memory);
-with either signal unread, any queue over the count is one."""
+capacity model plans a step for (``HEADROOM``: under it the pool has step time to admit more),
+the decode pool's KV cache is at least this full (its waiting sequences wait for memory), or
+its running sequences fill this share of the most its ready replicas hold (the engine's batch
+cap or the cache); with any of the three signals unread, any queue over the count is one."""
 
 
 def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) -> bool:
@@ -136,8 +137,9 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
     prefill workers where static 2+1 met the SLO for every request; at a 30 s cold start,
     queues of 13 that 2-3 workers clear in 1.5-2 s, with the p95 at 1.75-2.08 s, added two
     workers the window never needed. For decode (given its capacity model) a queue over the
-    count is a backlog only while the ITL p95 is over the planned share of its SLO (``HEADROOM``)
-    or the KV cache is :data:`KV_GATE` full (or either is unread): on the same stack decode queues
+    count is a backlog only while the ITL p95 is over the planned share of its SLO (``HEADROOM``),
+    the KV cache is :data:`KV_GATE` full or the running sequences fill that share of the
+    batches the ready replicas hold (or any of these is unread): on the same stack decode queues
     of 3 on one worker, with the ITL p95 at a sixth to a half of its SLO and the cache far from
     full, added a decode worker three times (Azure at 900 s, Mooncake at 870 and 585 s), 9-17 %
     more worker-hours than static 2+1 for nothing; a decode pool short of memory (KV full) or of
@@ -151,7 +153,11 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
     if capacity.role is Role.DECODE:
         itl = pool.signals.get(Signal.ITL_P95_S)
         kv = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
-        return itl is None or kv is None or itl > HEADROOM * capacity.slo_s or kv >= KV_GATE
+        running = pool.signals.get(Signal.RUNNING_REQUESTS)
+        if itl is None or kv is None or running is None:
+            return True
+        full = running >= KV_GATE * ready * capacity.decode_batch_limit()
+        return itl > HEADROOM * capacity.slo_s or kv >= KV_GATE or full
     clear_s = capacity.prefill_queue_s(queue, ready)
     if clear_s <= QUEUE_WAIT_SHARE * capacity.slo_s:
         return False

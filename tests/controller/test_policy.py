@@ -135,23 +135,31 @@ def test_a_queue_cleared_within_the_slo_is_a_backlog_only_while_the_tail_shows_i
 
 def test_a_decode_queue_is_a_backlog_only_while_step_time_or_memory_is_short() -> None:
     """A decode queue over the count (3 waiting on 1 ready) is a backlog while the ITL p95 is
-    over the step share the capacity model plans for (HEADROOM of the SLO) or the KV cache is
-    KV_GATE full, or either is unread; with step time and memory to spare it is not (on the
-    real stack such queues added decode workers three times, for nothing)."""
+    over the step share the capacity model plans for (HEADROOM of the SLO), the KV cache is
+    KV_GATE full or the running sequences fill that share of the batch the replica holds, or
+    any of these is unread; with step time, memory and batch to spare it is not (on the real
+    stack such queues added decode workers three times, for nothing)."""
     slo = 0.05
-    cases = ((0.5 * slo, 0.4, False), (0.9 * HEADROOM * slo, 0.9 * KV_GATE, False),
-             (1.1 * HEADROOM * slo, 0.4, True), (0.5 * slo, KV_GATE, True),
-             (None, 0.4, True), (0.5 * slo, None, True))
-    for itl, kv, fires in cases:
+    limit = CapacityModel(Role.DECODE, H100, slo).decode_batch_limit()
+    few = 0.5 * limit
+    cases = ((0.5 * slo, 0.4, few, False), (0.9 * HEADROOM * slo, 0.9 * KV_GATE, few, False),
+             (0.5 * slo, 0.4, 0.9 * KV_GATE * limit, False),
+             (1.1 * HEADROOM * slo, 0.4, few, True), (0.5 * slo, KV_GATE, few, True),
+             (0.5 * slo, 0.4, float(limit), True),
+             (None, 0.4, few, True), (0.5 * slo, None, few, True), (0.5 * slo, 0.4, None, True))
+    for itl, kv, running, fires in cases:
         policy = _policy(burst_window=0)
         obs = _obs(0, gen=500.0, itl=itl, ready=(2, 1))
-        obs.pools[KEY_D].signals["queue_depth"] = 3.0  # type: ignore[index]
+        signals = obs.pools[KEY_D].signals
+        signals["queue_depth"] = 3.0  # type: ignore[index]
         if kv is not None:
-            obs.pools[KEY_D].signals["kv_cache_usage_ratio"] = kv  # type: ignore[index]
+            signals["kv_cache_usage_ratio"] = kv  # type: ignore[index]
+        if running is not None:
+            signals["running_requests"] = running  # type: ignore[index]
         out = policy.decide(obs)
         reasons = out[KEY_D].reasons
-        assert any(r.startswith("reactive:") for r in reasons) is fires, (itl, kv, reasons)
-        assert (_desired(out, KEY_D) >= 2) is fires, (itl, kv, reasons)
+        assert any(r.startswith("reactive:") for r in reasons) is fires, (itl, kv, running,
+                                                                          reasons)
         assert (policy.state[KEY_D].capacity.correction < 1.0) is fires
 
 
