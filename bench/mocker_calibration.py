@@ -31,12 +31,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the packages: bench/controller.py is a script
+
+from stack import MOCKER_PROFILE, TRACES, _warm, write_spec  # noqa: E402
 
 from controller import load_profile  # noqa: E402
 from pdscale.spec import Role  # noqa: E402
 
 LENGTHS = (16, 512, 2048, 4096, 8192, 12288, 16384, 32768)
-PROFILE = ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"
+PROFILE = load_profile(str(MOCKER_PROFILE))
 
 
 def schedule(lengths: tuple[int, ...], repeats: int, gap_s: float, seed: int = 0
@@ -47,22 +50,20 @@ def schedule(lengths: tuple[int, ...], repeats: int, gap_s: float, seed: int = 0
     rng = np.random.default_rng(seed)
     prompts = np.repeat(np.asarray(lengths, dtype=np.int64), repeats)
     rng.shuffle(prompts)
-    profile = load_profile(str(PROFILE))
     arrivals = np.zeros(len(prompts))
     t = 0.0
     for i, length in enumerate(prompts):
         arrivals[i] = t
-        t += profile.prefill_ms(float(length)) / 1000 + gap_s
+        t += PROFILE.prefill_ms(float(length)) / 1000 + gap_s
     return arrivals, prompts
 
 
 def summarize(prompts: np.ndarray, ttfts: list[float | None]) -> list[dict[str, Any]]:
     """Per prompt length: the client TTFTs, the profile's prefill and the difference (pure)."""
-    profile = load_profile(str(PROFILE))
     rows = []
     for length in sorted(set(int(p) for p in prompts)):
         got = [t for p, t in zip(prompts, ttfts, strict=True) if int(p) == length and t is not None]
-        prefill = profile.prefill_ms(float(length)) / 1000
+        prefill = PROFILE.prefill_ms(float(length)) / 1000
         median = float(np.median(got)) if got else None
         rows.append({
             "prompt_tokens": length, "requests": len(got),
@@ -102,37 +103,28 @@ def main() -> int:
     if args.repeats < 1 or not args.gap > 0:
         parser.error("--repeats must be at least 1 and --gap positive")
 
-    import importlib.util
-
     from pdscale._stackrun import StackRun
     from pdscale.spec import load_spec
     from simulator._replay import ReplayOptions, replay, vocabulary_from_model
     from simulator._stack import dynamo_python
     from simulator._trace import Trace
 
-    # bench/stack.py (scripts, not a package): the spec and the mocker's profile it writes.
-    found = importlib.util.spec_from_file_location("bench_stack", ROOT / "bench" / "stack.py")
-    assert found is not None and found.loader is not None
-    bench_stack = importlib.util.module_from_spec(found)
-    sys.modules["bench_stack"] = bench_stack
-    found.loader.exec_module(bench_stack)
-
     arrivals, prompts = schedule(LENGTHS, args.repeats, args.gap)
     trace = Trace("calibration", arrivals, prompts, np.full(len(prompts), 2, dtype=np.int64))
-    window = bench_stack.TRACES["azure"]
+    window = TRACES["azure"]
     print(f"{len(prompts)} isolated requests over {arrivals[-1]:.0f} s on a static 1+1 stack",
           flush=True)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="pdscale-mocker-calibration-") as tmp:
         folder = Path(tmp)
-        spec = load_spec(bench_stack.write_spec(folder, window, cold_start_s=0.0,
-                                                max_replicas=1, speedup=1.0))
+        spec = load_spec(write_spec(folder, window, cold_start_s=0.0, max_replicas=1,
+                                    speedup=1.0))
         run = StackRun(spec, folder / "stack", python=dynamo_python(),
                        replicas={Role.PREFILL: 1, Role.DECODE: 1}, controller=False,
                        scrape_interval_s=2.0)
         try:
             run.start()
-            bench_stack._warm(run, controller=False)
+            _warm(run, controller=False)
             result = replay(trace, run.stack.frontend_url, spec.services[0].model_name,
                             vocabulary_from_model(run.stack.model_dir),
                             slo_ttft_s=window.ttft_slo_s, slo_itl_s=window.itl_slo_s,
@@ -147,15 +139,14 @@ def main() -> int:
              for i in range(len(prompts))]
     rows = summarize(prompts, ttfts)
     overheads = [r["overhead_s"] for r in rows if r["overhead_s"] is not None]
-    profile = load_profile(str(PROFILE))
     print()
-    print(table(rows, profile.ttft_overhead_ms))
+    print(table(rows, PROFILE.ttft_overhead_ms))
     if overheads:
         print(f"median TTFT - prefill over the lengths: {1000 * float(np.median(overheads)):.0f} "
-              f"ms (the profile says {profile.ttft_overhead_ms:g} ms)")
+              f"ms (the profile says {PROFILE.ttft_overhead_ms:g} ms)")
     errors = sum(1 for t in ttfts if t is None)
     out = {"bench": "mocker_calibration", "python": platform.python_version(),
-           "profile": profile.name, "profile_overhead_ms": profile.ttft_overhead_ms,
+           "profile": PROFILE.name, "profile_overhead_ms": PROFILE.ttft_overhead_ms,
            "repeats": args.repeats, "gap_s": args.gap, "failed_requests": errors,
            "wall_s": time.time() - started, "rows": rows,
            "median_overhead_ms": 1000 * float(np.median(overheads)) if overheads else None}

@@ -60,16 +60,19 @@ class InstanceProfile:
     prefill_attention: str = "context"
     """One of :data:`ATTENTION_SCOPES` (see the module docstring)."""
 
+    def _poly_ms(self, tokens: float) -> float:
+        """``a + b*T + c*T^2`` for T tokens: one prompt in one iteration, or (iteration scope)
+        one iteration of T tokens in all."""
+        return self.prefill_a_ms + self.prefill_b_ms * tokens + self.prefill_c_ms * tokens**2
+
     def prefill_ms(self, tokens: float) -> float:
         """GPU time to prefill one prompt of ``tokens`` tokens alone: one iteration (context
         scope, as always), or one iteration per chunk (iteration scope)."""
         if self.prefill_attention == "iteration" and tokens > self.max_prefill_tokens_per_iter:
             size = float(self.max_prefill_tokens_per_iter)
             whole, rest = divmod(float(tokens), size)
-            one = self.prefill_a_ms + self.prefill_b_ms * size + self.prefill_c_ms * size**2
-            return whole * one + (self.prefill_a_ms + self.prefill_b_ms * rest
-                                  + self.prefill_c_ms * rest**2 if rest > 0 else 0.0)
-        return self.prefill_a_ms + self.prefill_b_ms * tokens + self.prefill_c_ms * tokens**2
+            return whole * self._poly_ms(size) + (self._poly_ms(rest) if rest > 0 else 0.0)
+        return self._poly_ms(tokens)
 
     def chunk_ms(self, done: float, chunk: float) -> float:
         """Linear and attention cost of advancing a prompt from ``done`` by ``chunk`` tokens
@@ -81,8 +84,7 @@ class InstanceProfile:
         plus each chunk's cost (context scope), or ``a + b*T + c*T^2`` for its T tokens in all
         (iteration scope)."""
         if self.prefill_attention == "iteration":
-            total = float(sum(x for _, x in chunks))
-            return self.prefill_a_ms + self.prefill_b_ms * total + self.prefill_c_ms * total**2
+            return self._poly_ms(float(sum(x for _, x in chunks)))
         return self.prefill_a_ms + sum(self.chunk_ms(done, x) for done, x in chunks)
 
     def decode_step_ms(self, batch: float, kv_tokens: float) -> float:
