@@ -8,9 +8,12 @@ one at a time with ``--gap`` seconds between them, of fixed prompt lengths (16 t
 tokens, two output tokens), so no request waits for another: each TTFT is the mocker's prefill
 plus what the stack adds around it. For every length it prints the client TTFT (median and
 spread over ``--repeats``), the profile's prefill time for that length
-(``controller/profiles/dynamo-mocker-1.6.1.yaml``) and their difference, the overhead the
-profile's ``ttft_overhead_ms`` stands for. The real-stack benchmark's windows are not used, so
-a profile set from this is not judged on its own training data there.
+(``controller/profiles/dynamo-mocker-1.6.1.yaml``) and their difference, the overhead, beside
+what the profile expects for that length (``ttft_overhead_ms``, ``frontend_ms_per_1k_tokens``
+and the KV transfer), and fits the overhead as a fixed part plus a part per prompt token. The
+real-stack benchmark's windows are not used for that fit, so a profile set from it is not
+judged on its own training data there (only the split of the per-token part, before or after
+the prefill, comes from a Mooncake window: see ``fit_overhead``).
 
 Writes bench/results/mocker-calibration.json. Needs .venv-dynamo (scripts/dynamo-setup.sh) and
 prometheus (scripts/system-deps.sh); about two minutes.
@@ -59,7 +62,9 @@ def schedule(lengths: tuple[int, ...], repeats: int, gap_s: float, seed: int = 0
 
 
 def summarize(prompts: np.ndarray, ttfts: list[float | None]) -> list[dict[str, Any]]:
-    """Per prompt length: the client TTFTs, the profile's prefill and the difference (pure)."""
+    """Per prompt length: the client TTFTs, the profile's prefill and the difference, and the
+    overhead the profile expects for that length (its fixed share, the frontend's share per
+    prompt token and the KV transfer; pure)."""
     rows = []
     for length in sorted(set(int(p) for p in prompts)):
         got = [t for p, t in zip(prompts, ttfts, strict=True) if int(p) == length and t is not None]
@@ -72,22 +77,42 @@ def summarize(prompts: np.ndarray, ttfts: list[float | None]) -> list[dict[str, 
             "ttft_max_s": float(max(got)) if got else None,
             "profile_prefill_s": prefill,
             "overhead_s": None if median is None else median - prefill,
+            "profile_overhead_s": (PROFILE.overhead_ms(float(length)) +
+                                   PROFILE.kv_transfer_ms(float(length))) / 1000,
         })
     return rows
 
 
-def table(rows: list[dict[str, Any]], overhead_ms: float) -> str:
+def fit_overhead(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The overhead as ``fixed + per_1k * tokens / 1000`` ms, least squares over the lengths
+    (None with fewer than two measured lengths). Requests sent one at a time cannot say which
+    part comes before the prefill: the profile puts the share that orders prompts sent together
+    (``frontend_ms_per_1k_tokens``, fitted on the Mooncake window's requests) there and the rest
+    after it, as its KV transfer."""
+    got = [(r["prompt_tokens"], 1000 * r["overhead_s"]) for r in rows
+           if r["overhead_s"] is not None]
+    if len({length for length, _ in got}) < 2:
+        return None
+    x = np.array([length / 1000 for length, _ in got])
+    y = np.array([ms for _, ms in got])
+    per_1k, fixed = np.polyfit(x, y, 1)
+    return float(fixed), float(per_1k)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| prompt tokens | requests | client TTFT median (min-max) s | profile prefill s | "
-             f"TTFT - prefill ms (profile's overhead: {overhead_ms:g}) |",
-             "|---|---|---|---|---|"]
+             "TTFT - prefill ms | the profile's overhead ms |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
+        expected = f"{1000 * r['profile_overhead_s']:.0f}"
         if r["ttft_median_s"] is None:
             lines.append(f"| {r['prompt_tokens']} | 0 | n/a | {r['profile_prefill_s']:.3f} | "
-                         "n/a |")
+                         f"n/a | {expected} |")
             continue
         lines.append(f"| {r['prompt_tokens']} | {r['requests']} | {r['ttft_median_s']:.3f} "
                      f"({r['ttft_min_s']:.3f}-{r['ttft_max_s']:.3f}) | "
-                     f"{r['profile_prefill_s']:.3f} | {1000 * r['overhead_s']:.0f} |")
+                     f"{r['profile_prefill_s']:.3f} | {1000 * r['overhead_s']:.0f} | "
+                     f"{expected} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,13 +165,19 @@ def main() -> int:
     rows = summarize(prompts, ttfts)
     overheads = [r["overhead_s"] for r in rows if r["overhead_s"] is not None]
     print()
-    print(table(rows, PROFILE.ttft_overhead_ms))
-    if overheads:
-        print(f"median TTFT - prefill over the lengths: {1000 * float(np.median(overheads)):.0f} "
-              f"ms (the profile says {PROFILE.ttft_overhead_ms:g} ms)")
+    print(table(rows))
+    fit = fit_overhead(rows)
+    if fit is not None:
+        print(f"TTFT - prefill = {fit[0]:.1f} ms + {fit[1]:.2f} ms per 1,000 prompt tokens (the "
+              f"profile: {PROFILE.ttft_overhead_ms:g} ms fixed, "
+              f"{PROFILE.frontend_ms_per_1k_tokens:g} ms per 1,000 before the prefill, and its KV "
+              f"transfer, {PROFILE.kv_latency_ms:g} ms + "
+              f"{PROFILE.kv_transfer_ms(1000.0) - PROFILE.kv_latency_ms:.2f} ms per 1,000)")
     errors = sum(1 for t in ttfts if t is None)
     out = {"bench": "mocker_calibration", "python": platform.python_version(),
            "profile": PROFILE.name, "profile_overhead_ms": PROFILE.ttft_overhead_ms,
+           "profile_frontend_ms_per_1k_tokens": PROFILE.frontend_ms_per_1k_tokens,
+           "overhead_fit_ms": None if fit is None else {"fixed": fit[0], "per_1k_tokens": fit[1]},
            "repeats": args.repeats, "gap_s": args.gap, "failed_requests": errors,
            "wall_s": time.time() - started, "rows": rows,
            "median_overhead_ms": 1000 * float(np.median(overheads)) if overheads else None}

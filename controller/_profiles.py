@@ -59,6 +59,16 @@ class InstanceProfile:
     cold_start_s: float
     prefill_attention: str = "context"
     """One of :data:`ATTENTION_SCOPES` (see the module docstring)."""
+    frontend_ms_per_1k_tokens: float = 0.0
+    """Time a request spends before any worker sees it, per 1,000 prompt tokens: the client
+    sending the prompt and the frontend parsing and tokenising it. It grows with the prompt, so
+    requests that arrive together reach the workers shortest first. ``ttft_overhead_ms`` is the
+    rest of the overhead, the same for every prompt."""
+
+    def overhead_ms(self, tokens: float) -> float:
+        """TTFT beyond the prefill for a prompt of ``tokens`` tokens (without the KV
+        transfer): the frontend's share before the prefill and the fixed share."""
+        return self.ttft_overhead_ms + self.frontend_ms_per_1k_tokens * tokens / 1000
 
     def _poly_ms(self, tokens: float) -> float:
         """``a + b*T + c*T^2`` for T tokens: one prompt in one iteration, or (iteration scope)
@@ -158,6 +168,8 @@ def _parse(raw: Any, source: str) -> InstanceProfile:
         kv_bandwidth_gb_s=num(kv["bandwidth_gb_s"], "kv_transfer.bandwidth_gb_s"),
         cold_start_s=num(raw["cold_start_s"], "cold_start_s", positive=False),
         prefill_attention=scope,
+        frontend_ms_per_1k_tokens=num(raw.get("frontend_ms_per_1k_tokens", 0.0),
+                                      "frontend_ms_per_1k_tokens", positive=False),
     )
 
 

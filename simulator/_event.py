@@ -3,12 +3,18 @@
 Design (what is modelled, and the shortcuts that keep it fast):
 
 * Prefill: chunked prefill. An instance's iteration takes up to ``max_prefill_tokens_per_iter``
-  uncached prompt tokens, continuing its own partly-done prompts first, then new requests (from
-  the pool's shared queue with the least-loaded router, which behaves like Dynamo's prefill
-  queue that idle workers pull from; or from its own queue with the prefix-aware router). An
+  uncached prompt tokens, continuing its own partly-done prompts first, then new requests: from
+  the pool's shared queue with the least-loaded router (idle workers pull from it), or from its
+  own queue with the round-robin router (each request to the next ready worker, whatever its
+  load: Dynamo 1.6.1's frontend with its default ``--router-mode round-robin``, measured on the
+  loopback stack) and with the prefix-aware router. An
   iteration costs ``a`` plus each chunk's linear and attention cost (:mod:`._profiles`).
   Prefix caching: each instance keeps an LRU of 512-token block hashes as large as its KV
   cache; a request's leading blocks found there are not recomputed.
+* A request reaches the prefill pool after the frontend has handled its prompt (the profile's
+  ``frontend_ms_per_1k_tokens``, zero for most): requests that arrive together reach the
+  workers shortest first, as on the loopback stack, whose client and frontend take about 0.9 ms
+  per 1,000 prompt tokens.
 * KV transfer to decode after the prompt is done: ``latency + bytes / bandwidth``.
 * Decode: continuous batching. Between two changes to a batch (a join, a finish, KV running
   out) every step has the same batch size and the resident KV grows by B tokens a step, so the
@@ -72,6 +78,8 @@ class EventSimulator:
         self.rejected = 0
         self.rerouted = 0
         self._owner: dict[int, _PrefillReplica] = {}
+        self._next_worker = 0
+        """The round-robin router's counter."""
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.now = 0.0
@@ -189,12 +197,16 @@ class EventSimulator:
 
     def start(self) -> None:
         n = len(self.arrival)
+        # A request reaches the prefill workers after the frontend has handled its prompt
+        # (the profile's share per token; none for most profiles).
+        profile = self.setup.prefill.profile
+        seen = self.arrival + self.prompt * (profile.frontend_ms_per_1k_tokens / 1e6)
         for i in range(n):
-            self._push(float(self.arrival[i]), _Ev.ARRIVAL, i, 0)
+            self._push(float(seen[i]), _Ev.ARRIVAL, i, 0)
         for t, role in self.setup.failures:
             self._push(t, _Ev.FAIL, int(role is Role.DECODE), 0)
         self._push(0.0, _Ev.TICK, 0, 0)
-        self._end_of_arrivals = float(self.arrival[-1]) if n else 0.0
+        self._end_of_arrivals = float(seen.max()) if n else 0.0
         self._last_report = 0.0
 
     @property
@@ -312,16 +324,23 @@ class EventSimulator:
                     .max_prefill_tokens_per_iter
                 return (0 if penalty else hit, -r.queued_tokens)
 
-            best = max(ready, key=score)
-            best.queue.append(req)
-            best.queued_tokens += int(self.prompt[req])
-            self._prefill_kick(best)
+            self._enqueue(max(ready, key=score), req)
+            return
+        if self.setup.router == "round_robin" and ready:
+            self._enqueue(ready[self._next_worker % len(ready)], req)
+            self._next_worker += 1
             return
         self.shared_queue.append(req)
         for r in ready:
             if not r.busy:
                 self._prefill_kick(r)
                 break
+
+    def _enqueue(self, r: _PrefillReplica, req: int) -> None:
+        """To one worker's own queue (it alone serves it, draining or not)."""
+        r.queue.append(req)
+        r.queued_tokens += int(self.prompt[req])
+        self._prefill_kick(r)
 
     def _cache_hit(self, r: _PrefillReplica, req: int) -> int:
         if self.trace.hash_ids is None:

@@ -163,7 +163,8 @@ def _mixes(setup: SimSetup, load: FluidLoad) -> list[_Mix]:
             mu=pp.prefill_tokens_per_s(float(p.mean()), float((p ** 2).mean())),
             b_max=float(decode_batch_limit(dp, ctx)),
             decode_ms=(dp.decode_d0_ms / 1000, dp.decode_d1_ms / 1000, dp.decode_d2_ms / 1000),
-            overhead_s=pp.ttft_overhead_ms / 1000, kv_capacity=float(dp.kv_capacity_tokens)))
+            overhead_s=pp.overhead_ms(float(p.mean())) / 1000,
+            kv_capacity=float(dp.kv_capacity_tokens)))
     return out
 
 

@@ -75,7 +75,7 @@ def demand_plan(trace: Trace, prefill: InstanceProfile, decode: InstanceProfile,
     mean_l = float(trace.prompt_tokens.mean())
     mean_sq = float((trace.prompt_tokens.astype(np.float64) ** 2).mean())
     mu = prefill_capacity(prefill, mean_l, mean_sq)
-    slack = max(0.05, ttft_slo_s * HEADROOM - prefill.ttft_overhead_ms / 1000)
+    slack = max(0.05, ttft_slo_s * HEADROOM - prefill.overhead_ms(mean_l) / 1000)
     cum = np.concatenate([[0.0], np.cumsum(tokens)])
     p_need = np.zeros(n_s)
     for w in (1, 2, 4, 8, 16, 32, 64):

@@ -20,7 +20,7 @@ __all__ = ["ColdStarts", "PoolSetup", "Router", "SimSetup", "hist_quantile"]
 
 FloatArray = npt.NDArray[np.float64]
 
-Router = Literal["least_loaded", "prefix"]
+Router = Literal["least_loaded", "round_robin", "prefix"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class _Replica:
 
 @dataclass(eq=False)
 class _PrefillReplica(_Replica):
-    queue: deque[int] = field(default_factory=deque)  # own queue (prefix-aware router)
+    queue: deque[int] = field(default_factory=deque)  # own queue (round-robin, prefix routers)
     active: list[int] = field(default_factory=list)  # prompts started here, not finished
     busy: bool = False
     cache: OrderedDict[int, None] = field(default_factory=OrderedDict)

@@ -39,6 +39,7 @@ from simulator._policies import (
     size_for_peak,
 )
 from simulator._runner import EventWorld
+from simulator._setup import Router
 from simulator._trace import Trace, TraceError, detect_format, load_trace
 from simulator._world import SimResult, World, run_world
 
@@ -61,7 +62,7 @@ class SimOptions:
     seed: int = 0
     scale: float = 1.0
     service: str | None = None
-    router: Literal["least_loaded", "prefix"] = "least_loaded"
+    router: Router = "least_loaded"
     start_s: float = 0.0
     duration_s: float | None = None
     skip_bad_rows: bool = False

@@ -30,6 +30,22 @@ def test_the_summary_is_the_ttft_less_the_profiles_prefill_per_length() -> None:
     assert by_len[8192]["requests"] == 2  # the failed request is left out
     assert by_len[8192]["overhead_s"] == pytest.approx(0.04)
     assert by_len[16]["overhead_s"] == pytest.approx(0.05 - PROFILE.prefill_ms(16) / 1000)
-    assert "| 8192 | 2 |" in M.table(rows, 70.0)
+    assert "| 8192 | 2 |" in M.table(rows)
+    assert by_len[8192]["profile_overhead_s"] == pytest.approx(
+        (PROFILE.overhead_ms(8192) + PROFILE.kv_transfer_ms(8192)) / 1000)
     (empty,) = M.summarize(np.array([512]), [None])
-    assert empty["overhead_s"] is None and "| 512 | 0 | n/a |" in M.table([empty], 70.0)
+    assert empty["overhead_s"] is None and "| 512 | 0 | n/a |" in M.table([empty])
+
+
+def test_the_overhead_fit_is_a_fixed_part_and_a_part_per_prompt_token() -> None:
+    prompts = np.array([512, 4096, 16384, 32768])
+    ttfts = [PROFILE.prefill_ms(float(p)) / 1000 + (10.0 + 0.8 * p / 1000) / 1000
+             for p in prompts]
+    fixed, per_1k = M.fit_overhead(M.summarize(prompts, list(ttfts)))
+    assert fixed == pytest.approx(10.0) and per_1k == pytest.approx(0.8)
+    # One length (or none measured) says nothing about the slope.
+    assert M.fit_overhead(M.summarize(np.array([512, 512]), [0.05, None])) is None
+    # The shipped profile accounts for the per-token part it measured: before the prefill
+    # (the frontend's share) plus its KV transfer.
+    assert PROFILE.frontend_ms_per_1k_tokens + \
+        (PROFILE.kv_transfer_ms(1000.0) - PROFILE.kv_latency_ms) == pytest.approx(0.71, abs=0.02)

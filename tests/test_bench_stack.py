@@ -144,6 +144,27 @@ def test_the_timeline_bins_requests_by_arrival_and_workers_by_sample() -> None:
     assert tl["prefill"] == [1.5, 3.0, None]
 
 
+def test_requests_that_share_an_arrival_are_sent_one_after_another_in_no_fixed_order() -> None:
+    import numpy as np
+
+    from simulator import Trace
+
+    arrivals = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 7.5])
+    prompts = np.array([30000, 600, 6000, 1000, 2000, 500])
+    trace = Trace("t", arrivals, prompts, np.full(6, 4))
+    sent = S.as_sent(trace, 0)
+    a, b, c = S.CLIENT_SEND_MS
+    assert np.all(np.diff(sent.arrival_s) >= 0) and len(sent) == 6
+    assert sent.arrival_s[-1] == 7.5 and sent.prompt_tokens[-1] == 500  # alone: as scheduled
+    first = sent.arrival_s[:3]
+    assert np.all((first > 0) & (first < 0.01))
+    # The k-th of a group: a + b k ms and c ms per 1,000 tokens sent up to it.
+    cum = np.cumsum(sent.prompt_tokens[:3]) / 1000
+    assert first * 1000 == pytest.approx(a + b * np.arange(3) + c * cum)
+    orders = {tuple(S.as_sent(trace, seed).prompt_tokens[:3]) for seed in range(12)}
+    assert len(orders) > 1  # not always the trace's order
+
+
 def test_decision_changes_and_causes() -> None:
     decisions = [
         {"time": 15.0, "pool": "prefill", "current": 1, "ready": 1, "desired": 1,

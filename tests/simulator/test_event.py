@@ -63,16 +63,66 @@ def test_a_mocker_prefill_worker_runs_an_iteration_at_its_total_tokens() -> None
     next, each waiting for all of its 6k tokens."""
     mocker = load_profile("dynamo-mocker-1.6.1")
     full = mocker.prefill_ms(8192) / 1000
+
+    def frontend(tokens: int) -> float:
+        return mocker.frontend_ms_per_1k_tokens * tokens / 1e6
+
     sim = EventSimulator(_setup(profile=mocker), _trace(np.array([0.0]), 32768, 2))
     sim.run()
-    assert sim.prefill_end[0] - sim.arrival[0] == pytest.approx(4 * full, rel=1e-6)
+    assert sim.prefill_end[0] - sim.arrival[0] == pytest.approx(4 * full + frontend(32768),
+                                                                rel=1e-6)
     sim = EventSimulator(_setup(profile=mocker), _trace(np.zeros(4), 2048, 2))
     sim.run()
     first = mocker.prefill_ms(2048) / 1000
     shared = mocker.iteration_ms([(0.0, 2048.0)] * 3) / 1000
     assert shared == pytest.approx(mocker.prefill_ms(3 * 2048) / 1000)
-    assert sim.prefill_end - sim.arrival == pytest.approx(
+    assert sim.prefill_end - sim.arrival - frontend(2048) == pytest.approx(
         [first, first + shared, first + shared, first + shared], rel=1e-6)
+
+
+def test_round_robin_queues_behind_a_busy_worker_where_a_shared_queue_does_not() -> None:
+    """Dynamo's default router sends each request to the next worker whatever its load: the
+    third request waits behind the first one's 32k-token prompt on the first worker, where a
+    shared queue gives it to the second worker as soon as that is free. (The frontend's time
+    per prompt token is left out: it would let the short prompts overtake the long one.)"""
+    mocker = replace(load_profile("dynamo-mocker-1.6.1"), frontend_ms_per_1k_tokens=0.0)
+    trace = _trace(np.array([0.0, 0.001, 0.002, 0.003]), np.array([32768, 512, 512, 512]), 2)
+    short = mocker.prefill_ms(512) / 1000
+    ends = {}
+    for router in ("least_loaded", "round_robin"):
+        sim = EventSimulator(_setup(prefill=2, decode=2, profile=mocker, router=router), trace)
+        sim.run()
+        ends[router] = sim.prefill_end - sim.arrival
+        assert ends[router][0] == pytest.approx(4 * mocker.prefill_ms(8192) / 1000, rel=1e-6)
+    # Shared queue: the second worker serves requests 1, 2 and 3 one after another.
+    assert ends["least_loaded"][1:] == pytest.approx(
+        [short, short + mocker.prefill_ms(1024) / 1000 - 0.001,
+         short + mocker.prefill_ms(1024) / 1000 - 0.002], abs=2e-3)
+    # Round robin: request 2 follows request 0 on the first worker; 1 and 3 go to the second.
+    assert ends["round_robin"][2] > ends["round_robin"][0]
+    assert ends["round_robin"][1] == pytest.approx(short, rel=1e-6)
+    assert ends["round_robin"][3] < 3 * short
+
+
+def test_prompts_that_arrive_together_reach_a_worker_shortest_first() -> None:
+    """With the frontend's time per prompt token, of four prompts sent at once the shortest
+    starts an iteration alone (the worker is idle when it arrives) and the longest waits for the
+    others; without it they are served in the order they were sent."""
+    mocker = load_profile("dynamo-mocker-1.6.1")
+    assert mocker.frontend_ms_per_1k_tokens > 0
+    prompts = np.array([30000, 6000, 600, 3000])
+    ends = {}
+    for name, profile in (("frontend", mocker),
+                          ("none", replace(mocker, frontend_ms_per_1k_tokens=0.0))):
+        sim = EventSimulator(_setup(profile=profile), _trace(np.zeros(4), prompts, 2))
+        sim.run()
+        ends[name] = sim.prefill_end.copy()
+    assert list(np.argsort(ends["frontend"])) == [2, 3, 1, 0]
+    assert ends["frontend"][2] == pytest.approx(
+        mocker.frontend_ms_per_1k_tokens * 0.6 / 1000 + mocker.prefill_ms(600) / 1000, rel=1e-6)
+    # Sent order: the 30k prompt is first and fills the first iterations.
+    assert ends["none"][0] < ends["none"][2]
+    assert ends["frontend"][2] < ends["none"][2] / 5
 
 
 def test_batching_makes_decode_steps_slower() -> None:

@@ -72,6 +72,23 @@ def test_a_profile_with_an_unknown_attention_scope_is_refused(tmp_path: Path) ->
     assert load_profile(str(path)).prefill_attention == "context"
 
 
+def test_the_frontend_share_per_prompt_token_is_optional_and_checked(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
+            "dynamo-mocker-1.6.1.yaml").read_text()
+    mocker = load_profile("dynamo-mocker-1.6.1")
+    assert mocker.overhead_ms(10000) == pytest.approx(
+        mocker.ttft_overhead_ms + 10 * mocker.frontend_ms_per_1k_tokens)
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace("frontend_ms_per_1k_tokens: 0.2\n", ""))
+    plain = load_profile(str(path))
+    assert plain.frontend_ms_per_1k_tokens == 0.0
+    assert plain.overhead_ms(10000) == plain.ttft_overhead_ms
+    path.write_text(text.replace("frontend_ms_per_1k_tokens: 0.2",
+                                 "frontend_ms_per_1k_tokens: -1"))
+    with pytest.raises(ProfileError, match="frontend_ms_per_1k_tokens must be a non-negative"):
+        load_profile(str(path))
+
+
 @pytest.mark.skipif(not CALIBRATION.exists(), reason="../shared/calibration is absent")
 def test_h200_profile_reproduces_the_dynamo_measurements() -> None:
     p = load_profile("h200-llama-3.1-8b-fp8")
