@@ -33,6 +33,23 @@ def test_simulate_writes_summary_timeseries_and_plots(policy: str, tmp_path: Pat
         assert (out / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_router_is_chosen_on_the_command_line(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    summaries = {}
+    for router in ("least_loaded", "round_robin"):
+        out = tmp_path / router
+        assert main(["simulate", "--spec", SPEC, "--trace", "synthetic", "--duration", "600",
+                     "--router", router, "--no-plots", "--out", str(out)]) == 0
+        summaries[router] = json.loads((out / "summary.json").read_text())
+        assert summaries[router]["router"] == router
+    # The same requests, served in another order.
+    assert summaries["least_loaded"]["requests"] == summaries["round_robin"]["requests"]
+    assert summaries["least_loaded"]["ttft_p95_s"] != summaries["round_robin"]["ttft_p95_s"]
+    with pytest.raises(SystemExit):
+        main(["simulate", "--spec", SPEC, "--router", "random", "--out", str(tmp_path / "x")])
+    assert "round_robin" in capsys.readouterr().err
+
+
 def test_fluid_mode_from_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["simulate", "--spec", SPEC, "--duration", "1800", "--mode", "fluid",
