@@ -1050,7 +1050,9 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
 def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] | None:
     """The window through ``simulator.simulate`` (what ``pdscale simulate`` runs) under the
     run's own policy rather than its schedule: pdscale's policy, or the simulator's HPA-like
-    baseline (on its busy share), started at the same sizes. None for a static run."""
+    baseline (on its busy share), started at the same sizes, routed as the stack routes. The
+    arrivals are the trace's, as ``pdscale simulate`` reads them (not the client's send order,
+    :func:`as_sent`). None for a static run."""
     from pdscale.spec import load_spec
     from simulator import SimOptions, simulate
 
