@@ -13,8 +13,8 @@ Design (what is modelled, and the shortcuts that keep it fast):
   cache; a request's leading blocks found there are not recomputed.
 * A request reaches the prefill pool after the frontend has handled its prompt (the profile's
   ``frontend_ms_per_1k_tokens``, zero for most): requests that arrive together reach the
-  workers shortest first, as on the loopback stack, whose client and frontend take about 0.9 ms
-  per 1,000 prompt tokens.
+  workers shortest first, as on the loopback stack (its mocker profile: 0.2 ms per 1,000 prompt
+  tokens before the prefill; the rest of its per-token overhead is after it, as KV transfer).
 * KV transfer to decode after the prompt is done: ``latency + bytes / bandwidth``.
 * Decode: continuous batching. Between two changes to a batch (a join, a finish, KV running
   out) every step has the same batch size and the resident KV grows by B tokens a step, so the
@@ -24,8 +24,9 @@ Design (what is modelled, and the shortcuts that keep it fast):
   for its context in the KV cache; when the cache would overflow, the newest sequence is
   preempted (vLLM's recompute preemption) and re-admitted later at the cost of re-prefilling
   its context on the decode instance.
-* TTFT = arrival to the first token from decode (prefill queueing and compute, the engine's
-  non-GPU overhead, the KV transfer, waiting for admission, the first step). A request meets
+* TTFT = arrival to the first token from decode (the frontend's share, prefill queueing and
+  compute, the engine's non-GPU overhead, the KV transfer, waiting for admission, the first
+  step). A request meets
   the ITL SLO when its mean inter-token time (TPOT) is within it; ``itl_p95_s`` is over tokens.
 * Replicas: starting (billed from the request, ready after the cold start), ready, draining
   (finishes its work, takes none), gone. Failures remove a replica at a given time; its
@@ -373,7 +374,9 @@ class EventSimulator:
         spans: list[tuple[float, float]] = []  # (tokens done before, chunk) for the cost
         sources: list[deque[int]] = [r.queue]
         if r.state is _State.READY:
-            sources.append(self.shared_queue)
+            # The shared queue first: with the round-robin and prefix routers it holds only
+            # what arrived while no worker was ready, older than anything in a worker's own.
+            sources.insert(0, self.shared_queue)
         for req in r.active:
             if budget <= 0:
                 break

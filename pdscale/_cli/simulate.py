@@ -155,7 +155,8 @@ def register(sub: Any) -> None:
                    help="how prefill work reaches the workers: least_loaded, a shared queue "
                         "idle workers pull from; round_robin, each request to the next ready "
                         "worker's own queue (Dynamo's default --router-mode); prefix, to the "
-                        "worker holding most of its prefix (default: least_loaded)")
+                        "worker holding most of its prefix (default: least_loaded; event mode "
+                        "only: fluid mode has no workers to route to)")
     p.add_argument("--start", type=NON_NEGATIVE, default=0.0, help="seconds into the trace")
     p.add_argument("--duration", type=POSITIVE, help="seconds of the trace to replay")
     p.add_argument("--prefix-hit", type=FRACTION, help="fluid mode: assumed prefix hit rate")

@@ -101,7 +101,27 @@ def test_round_robin_queues_behind_a_busy_worker_where_a_shared_queue_does_not()
     # Round robin: request 2 follows request 0 on the first worker; 1 and 3 go to the second.
     assert ends["round_robin"][2] > ends["round_robin"][0]
     assert ends["round_robin"][1] == pytest.approx(short, rel=1e-6)
-    assert ends["round_robin"][3] < 3 * short
+    # Request 3 follows request 1 on the second worker (sent 2 ms after it).
+    assert ends["round_robin"][3] == pytest.approx(2 * short - 0.002, rel=1e-6)
+
+
+def test_round_robin_serves_what_waited_for_a_ready_worker_first() -> None:
+    """Requests that arrived while no prefill worker was ready (its only one failed) wait in
+    the pool's shared queue; once a worker is ready they are served before the requests routed
+    to its own queue after them."""
+    setup = replace(_setup(prefill=1, decode=2, router="round_robin"),
+                    failures=((1.0, Role.PREFILL),))
+    setup = replace(setup, prefill=replace(setup.prefill, cold_start_s=5.0))
+    arrivals = np.arange(0.0, 12.0, 0.05)
+    sim = EventSimulator(setup, _trace(arrivals, 500, 2))
+    sim.run()
+    assert np.isfinite(sim.prefill_end).all()
+    waited = (arrivals > 1.0) & (arrivals < 5.9)
+    later = arrivals > 6.5
+    # Served oldest first: the backlog is done before anything that came after it.
+    assert sim.prefill_end[waited].max() <= sim.prefill_end[later].min() + 1e-9
+    order = np.argsort(sim.prefill_end[waited | later], kind="stable")
+    assert (np.diff(order) > 0).mean() > 0.9
 
 
 def test_prompts_that_arrive_together_reach_a_worker_shortest_first() -> None:
