@@ -93,9 +93,9 @@ next tick: at most this late)."""
 ROUTER: Final = "round_robin"
 """How the simulator routes prefill work when it stands in for the stack: as the stack's
 frontend does (Dynamo 1.6.1's default ``--router-mode round-robin``: each request to the next
-prefill worker's own queue). With a shared queue that idle workers pull from (the simulator's
-default) the simulator's TTFT p50 ran 25-46 % over the stack's on Mooncake and its p99 under
-it: a shared queue evens out the waits that per-worker queues spread."""
+prefill worker's own queue). A shared queue that idle workers pull from (the simulator's
+default) evens out the waits that per-worker queues spread: on a 5-minute Mooncake window at
+2+1 its TTFT p99 read 2.60 s against the stack's 2.86 s, round robin's 2.74 s."""
 
 
 @dataclass(frozen=True)
@@ -994,12 +994,12 @@ def as_sent(trace: Any, seed: int) -> Any:
     arrival = np.asarray(trace.arrival_s, dtype=np.float64)
     sent = arrival.copy()
     rng = np.random.default_rng(seed)
-    _, first, counts = np.unique(arrival, return_index=True, return_counts=True)
+    by_time = np.argsort(arrival, kind="stable")  # a group's members in index order
+    _, first, counts = np.unique(arrival[by_time], return_index=True, return_counts=True)
     for start, n in zip(first, counts, strict=True):
         if n < 2:
             continue
-        members = np.flatnonzero(arrival == arrival[start])
-        order = rng.permutation(members)
+        order = rng.permutation(by_time[start:start + n])
         tokens = np.cumsum(trace.prompt_tokens[order]) / 1000
         sent[order] = arrival[order] + (a + b * np.arange(n) + c * tokens) / 1000
     return dataclasses.replace(trace, arrival_s=sent).take(np.argsort(sent, kind="stable"))
@@ -1020,8 +1020,7 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
                         tuple((float(t), int(n)) for t, n in sched["decode"]))
     initial = {r: schedule.at(r, 0.0) for r in Role}
     setup = _setup(service, SimOptions(cold_start_s=float(row["cold_start_s"]), router=ROUTER),
-                   initial,
-                   tick_s=SIM_TICK_S)
+                   initial, tick_s=SIM_TICK_S)
     # The stack's replicas start in a fixed time: no spread around it in the replay.
     setup = dataclasses.replace(
         setup, prefill=dataclasses.replace(setup.prefill, cold_start_spread=0.0),

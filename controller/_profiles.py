@@ -65,10 +65,14 @@ class InstanceProfile:
     requests that arrive together reach the workers shortest first. ``ttft_overhead_ms`` is the
     rest of the overhead, the same for every prompt."""
 
+    def frontend_ms(self, tokens: float) -> float:
+        """Time before any worker sees a prompt of ``tokens`` tokens."""
+        return self.frontend_ms_per_1k_tokens * tokens / 1000
+
     def overhead_ms(self, tokens: float) -> float:
         """TTFT beyond the prefill for a prompt of ``tokens`` tokens (without the KV
         transfer): the frontend's share before the prefill and the fixed share."""
-        return self.ttft_overhead_ms + self.frontend_ms_per_1k_tokens * tokens / 1000
+        return self.ttft_overhead_ms + self.frontend_ms(tokens)
 
     def _poly_ms(self, tokens: float) -> float:
         """``a + b*T + c*T^2`` for T tokens: one prompt in one iteration, or (iteration scope)

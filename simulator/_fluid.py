@@ -159,8 +159,8 @@ def _mixes(setup: SimSetup, load: FluidLoad) -> list[_Mix]:
             mean_unc=uncached_prefill_demand(float(p.mean()), load.prefix_hit),
             mean_o=float(o.mean()),
             # Per sample, beyond its prefill: the KV transfer and the frontend's share.
-            s=s_vec, kv=np.array([(dp.kv_transfer_ms(x) + pp.frontend_ms_per_1k_tokens * x / 1000)
-                                  / 1000 for x in p_sorted]), ctx=ctx,
+            s=s_vec, kv=np.array([(dp.kv_transfer_ms(x) + pp.frontend_ms(x)) / 1000
+                                  for x in p_sorted]), ctx=ctx,
             scv=float(s_vec.var() / max(s_vec.mean() ** 2, 1e-12)),
             mu=pp.prefill_tokens_per_s(float(p.mean()), float((p ** 2).mean())),
             b_max=float(decode_batch_limit(dp, ctx)),
