@@ -17,8 +17,13 @@ Reactions (``spec.reactions.rules``, first match wins, critical alerts only):
 * ``notify_only``: recorded, nothing else.
 
 Guards, in order: leadership, global kill switch, per-pool cooldown, at most ``max_actions``
-per ``window`` across all pools, dry run. Every reaction is recorded with the alert that caused
-it (``/v1/status``, ``/v1/decisions``, ``pdscale_alert_reactions_total``, a Kubernetes Event).
+per ``window`` across all pools, dry run. Only an action taken (applied, or a dry run's) uses
+the cooldown and the budget: a refused drain or a failed write gives them back, so it cannot
+delay the next alert's action by a repeat interval. ``hold_scale_down`` neither waits for nor
+uses them: it only keeps a pool from shrinking, for at most its hold. An adapter's error while
+acting is recorded ``failed`` like a failed write. Every reaction is recorded with the alert
+that caused it (``/v1/status``, ``/v1/decisions``, ``pdscale_alert_reactions_total``, a
+Kubernetes Event).
 
 Only the leader acts. With two controller replicas behind one Service, Alertmanager's delivery
 lands on either; the standby refuses it with 503 (:class:`NotLeader`), which Alertmanager
@@ -42,6 +47,7 @@ failed write) is forgotten, so Alertmanager's next repeat of it acts.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import logging
 import os
@@ -174,6 +180,9 @@ class NotLeader(Exception):
 
 RETRYABLE_OUTCOMES = frozenset({"cooldown", "rate_limited", "disabled", "not_leader", "failed"})
 """Outcomes that pass: the alert is not remembered as handled, so a later delivery acts."""
+ACTED_OUTCOMES = frozenset({"applied", "dry_run"})
+"""Outcomes that use the pool's cooldown and the rate budget (a dry run counts as the action it
+stands for); a refused or failed action gives both back."""
 
 
 class PodLabeler(Protocol):
@@ -421,21 +430,44 @@ class AlertReceiver:
             return self._record(alert, pool, action, "disabled",
                                 "reactions are switched off (kill switch)")
         now = self.now()
-        with self._lock:
-            last = self._last_action.get(pool)
-            if last is not None and now - last < self.settings.cooldown:
-                return self._record(alert, pool, action, "cooldown",
-                                    f"last action on this pool {now - last:.0f}s ago, cooldown "
-                                    f"{self.settings.cooldown}s")
-            while self._actions and self._actions[0] <= now - self.settings.window:
-                self._actions.popleft()
-            if len(self._actions) >= self.settings.max_actions:
-                return self._record(alert, pool, action, "rate_limited",
-                                    f"{len(self._actions)} actions in the last "
-                                    f"{self.settings.window}s (max {self.settings.max_actions})")
-            self._actions.append(now)
-            self._last_action[pool] = now
-        return self._act(alert, rule, pool, cause, now)
+        # A hold only stops the pool shrinking, for at most its hold: it neither waits for the
+        # cooldown or the rate budget nor uses them (holds on a target going down would
+        # otherwise delay the scale-up of a latency alert that follows by a repeat interval).
+        charged = rule.action is not ReactionAction.HOLD_SCALE_DOWN
+        previous: float | None = None
+        if charged:
+            with self._lock:
+                previous = self._last_action.get(pool)
+                if previous is not None and now - previous < self.settings.cooldown:
+                    return self._record(alert, pool, action, "cooldown",
+                                        f"last action on this pool {now - previous:.0f}s ago, "
+                                        f"cooldown {self.settings.cooldown}s")
+                while self._actions and self._actions[0] <= now - self.settings.window:
+                    self._actions.popleft()
+                if len(self._actions) >= self.settings.max_actions:
+                    return self._record(alert, pool, action, "rate_limited",
+                                        f"{len(self._actions)} actions in the last "
+                                        f"{self.settings.window}s (max "
+                                        f"{self.settings.max_actions})")
+                # Reserved now (one worker acts at a time), given back below unless it acted.
+                self._actions.append(now)
+                self._last_action[pool] = now
+        try:
+            record = self._act(alert, rule, pool, cause, now)
+        except Exception as exc:  # an adapter's error: failed, retried on the next delivery
+            log.exception("reaction to %s failed", alert.labels.get("alertname", "alert"))
+            record = self._record(alert, pool, action, "failed",
+                                  f"{type(exc).__name__}: {exc}")
+        if charged and record.outcome not in ACTED_OUTCOMES:
+            with self._lock:
+                with contextlib.suppress(ValueError):
+                    self._actions.remove(now)
+                if self._last_action.get(pool) == now:
+                    if previous is None:
+                        self._last_action.pop(pool, None)
+                    else:
+                        self._last_action[pool] = previous
+        return record
 
     def _act(self, alert: AlertmanagerAlert, rule: ReactionRule, pool: PoolKey, cause: str,
              now: float) -> ReactionRecord:

@@ -229,3 +229,66 @@ def test_a_refused_connection_is_not_reported_as_a_timeout() -> None:
     with pytest.raises(PrometheusUnavailable) as info:
         reader._call(lambda: reader.client().custom_query("up"))
     assert "cannot connect" in str(info.value) and "within" not in str(info.value)
+
+
+# -- what uses the cooldown and the rate budget ---------------------------------------------------
+
+
+def test_a_hold_does_not_delay_the_scale_up_that_follows(env: Env) -> None:
+    """A critical target-down (a hold) on a pool, then within the cooldown a critical TTFT
+    alert on the same pool: the scale-up acts now, not a repeat interval later."""
+    receiver = env.controller.receiver
+    env.post(payload(alert(name="LLMPoolTargetDown", fingerprint="down")))
+    receiver.drain_queue()
+    env.clock.t += 30
+    env.post(payload(alert(fingerprint="ttft")))
+    receiver.drain_queue()
+    assert [(r.action, r.outcome) for r in receiver.records] == [
+        ("hold_scale_down", "applied"), ("scale_up", "applied")]
+    floors = env.controller.reconciler.overrides.active(env.clock.now())["floors"]
+    assert [f["floor"] for f in floors] == [4]
+    # The scale-up itself still starts the pool's cooldown.
+    env.post(payload(alert(fingerprint="ttft-2")))
+    receiver.drain_queue()
+    assert receiver.records[-1].outcome == "cooldown"
+
+
+def test_refused_drains_use_neither_the_cooldown_nor_the_budget(env: Env) -> None:
+    """XID alerts on pods that are not the pool's are refused: five of them (the spec's
+    max_actions) leave the pool's scale-up free to act at once."""
+    receiver = env.controller.receiver
+    for i in range(5):
+        env.post(payload(alert(name="LLMGPUXidError", fingerprint=f"x{i}",
+                               pod=f"someone-else-{i}")))
+    receiver.drain_queue()
+    assert {r.outcome for r in receiver.records} == {"refused"}
+    env.post(payload(alert(fingerprint="ttft")))
+    receiver.drain_queue()
+    assert receiver.records[-1].outcome == "applied"
+
+
+def test_an_error_while_acting_is_a_failure_retried_on_the_next_delivery(env: Env) -> None:
+    """Reading the pool's replicas raises (a connection error before the pool's first tick):
+    the alert is recorded failed, gives back the cooldown and the budget, and Alertmanager's
+    repeat of the same alert acts."""
+    receiver = env.controller.receiver
+    calls = {"n": 0}
+    current = receiver.current_replicas
+
+    def flaky(key: tuple[str, object]) -> int | None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("connection refused")
+        return current(key)  # type: ignore[arg-type]
+
+    receiver.current_replicas = flaky  # type: ignore[assignment]
+    env.post(payload(alert(fingerprint="ttft")))
+    receiver.drain_queue()
+    failed = receiver.records[-1]
+    assert (failed.outcome, failed.action) == ("failed", "scale_up")
+    assert "ConnectionError: connection refused" in failed.message
+    assert env.controller.reconciler.overrides.active(env.clock.now())["floors"] == []
+    repeat = env.post(payload(alert(fingerprint="ttft"))).json()
+    assert (repeat["queued"], repeat["duplicates"]) == (1, 0)
+    receiver.drain_queue()  # same instant: no cooldown left over from the failure
+    assert receiver.records[-1].outcome == "applied"
