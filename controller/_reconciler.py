@@ -348,11 +348,12 @@ class Reconciler:
                 except Exception as exc:  # a source must not take the loop down
                     result = SourceResult(Observation(now, {}), [AdapterError(
                         "source", "error", f"{type(exc).__name__}: {exc}", None, now)])
+                    self.telemetry.staleness_unknown(now)
             errors.extend(result.errors)
             obs = result.observation
             for key, ages in result.staleness.items():
                 for signal, age in ages.items():
-                    self.telemetry.record_staleness(key, signal, age)
+                    self.telemetry.record_staleness(key, signal, age, now_s=now)
             with tracer.start_as_current_span("decide"):
                 try:
                     decisions = dict(self.policy.decide(obs))

@@ -44,6 +44,12 @@ class _Gauge:
     def set(self, value: float, attributes: Mapping[str, str]) -> None:
         self._values[tuple(sorted(attributes.items()))] = float(value)
 
+    def discard(self, attributes: Mapping[str, str]) -> None:
+        self._values.pop(tuple(sorted(attributes.items())), None)
+
+    def keys(self) -> list[dict[str, str]]:
+        return [dict(k) for k in list(self._values)]
+
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, dict(k)) for k, v in list(self._values.items())]
 
@@ -75,6 +81,8 @@ class ControllerTelemetry:
         self.tracer: Tracer = self.tracer_provider.get_tracer("pdscale.controller") \
             if exporting else NoOpTracer()
         self._labels: dict[PoolKey, dict[str, str]] = {}
+        self._sample_seen: dict[tuple[tuple[str, str], ...], tuple[float, float]] = {}
+        """Per engine-sample-age series: (when its age was last known, that age)."""
         for svc in spec.services if spec is not None else ():
             for role in svc.pools:
                 self._labels[(svc.name, role)] = {
@@ -174,9 +182,36 @@ class ControllerTelemetry:
                     self.forecast.set(value, {**labels, "quantile": quantile,
                                               "horizon_s": f"{horizon:g}"})
 
-    def record_staleness(self, key: PoolKey, signal: Signal, age_s: float | None) -> None:
+    def record_staleness(self, key: PoolKey, signal: Signal, age_s: float | None, *,
+                         now_s: float) -> None:
+        """The age of a signal's newest sample at ``now_s``. For the pool's engine samples
+        (``Signal.SAMPLE_AGE_S``) an unknown age (Prometheus unreachable, every target gone)
+        keeps growing from the last one known (or from the first tick that had none), so
+        ``PDScaleControlPlaneDegraded`` fires instead of reading the last good age forever.
+        For another signal, an unknown age drops its series (an optional signal the engine
+        does not export has no age)."""
+        labels = {**self.labels(key), "signal": signal.value}
+        if signal is Signal.SAMPLE_AGE_S:
+            self._sample_age(labels, age_s, now_s)
+        elif age_s is not None:
+            self.staleness.set(age_s, labels)
+        else:
+            self.staleness.discard(labels)
+
+    def _sample_age(self, labels: dict[str, str], age_s: float | None, now_s: float) -> None:
+        k = tuple(sorted(labels.items()))
         if age_s is not None:
-            self.staleness.set(age_s, {**self.labels(key), "signal": signal.value})
+            self._sample_seen[k] = (now_s, age_s)
+        else:
+            seen_at, age = self._sample_seen.setdefault(k, (now_s, 0.0))
+            age_s = age + max(0.0, now_s - seen_at)
+        self.staleness.set(age_s, labels)
+
+    def staleness_unknown(self, now_s: float) -> None:
+        """The source failed as a whole this tick: every pool that has reported its engine
+        samples' age reports it unknown (see :meth:`record_staleness`)."""
+        for k in list(self._sample_seen):
+            self._sample_age(dict(k), None, now_s)
 
     def record_error(self, adapter: str, kind: str) -> None:
         self.adapter_errors.add(1, {"adapter": adapter, "kind": kind})

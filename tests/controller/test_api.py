@@ -144,6 +144,13 @@ def test_health_readiness_status_metrics_and_a_degraded_tick(env: Env) -> None:
     assert [d["pool"] for d in decisions["decisions"]] == ["decode"]
     assert env.client.get("/v1/forecast").json()["pools"] == {}
     assert env.client.get("/v1/decisions", params={"limit": 0}).status_code == 422
+    # No engine sample's age is known: it grows from the first tick without one, so
+    # PDScaleControlPlaneDegraded fires (the decision timestamp stays fresh while the
+    # controller holds on no data).
+    env.clock.t += 200
+    env.controller.reconciler.tick()
+    assert _counter(env.client.get("/metrics").text, "pdscale_data_staleness_seconds",
+                    pdscale_pool="prefill", signal="sample_age_s") == 200
 
 
 def test_missing_kubernetes_object_is_reported_and_others_go_on(env: Env) -> None:
