@@ -179,6 +179,7 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[SpecProblem]:
                 "use the namespace the pools run in"))
         engine = _engine(svc.get("engine"))
         problems.extend(_slo_bucket_problems(svc, engine, where))
+        problems.extend(_burn_rate_problems(raw, svc, where))
         problems.extend(_scrape_label_problems(svc, engine, where))
         problems.extend(_dynamo_problems(svc, engine, where))
         pools = svc.get("pools")
@@ -379,6 +380,38 @@ def _pool_problems(pool: Mapping[str, Any], where: str, namespace: object,
         else:
             seen_targets[key] = where
     return problems
+
+
+def _burn_rate_problems(raw: Mapping[str, Any], svc: Mapping[str, Any], where: str
+                        ) -> list[SpecProblem]:
+    """Every burn-rate tier must be able to fire: its threshold, the factor times the error
+    budget (1 - objective), is an error ratio, which never exceeds 1. With the default factors
+    an objective under about 0.93 would silently drop the fast-burn page and its reaction."""
+    slo = svc.get("slo")
+    objective = slo.get("objective", 0.99) if isinstance(slo, dict) else 0.99
+    if not isinstance(objective, int | float) or not 0 < objective < 1:
+        return []  # reported by the structural pass
+    alerts = raw.get("alerts")
+    thresholds = alerts.get("thresholds") if isinstance(alerts, dict) else None
+    factors = thresholds.get("burn_rate_factors") if isinstance(thresholds, dict) else None
+    if factors is None:
+        factors = AlertThresholds().burn_rate_factors
+    if not isinstance(factors, list | tuple) or \
+            not all(isinstance(f, int | float) and f > 0 for f in factors):
+        return []
+    worst = max(factors)
+    if worst * (1 - objective) < 1:
+        return []
+    lowest = 1 - 1 / worst
+    return [SpecProblem(
+        f"{where}.slo.objective",
+        f"an objective whose error budget every burn-rate tier can exceed: above "
+        f"{_fmt(round(lowest, 4))} with the largest burn-rate factor {_fmt(worst)} (a tier "
+        f"fires on an error ratio over factor x (1 - objective), and a ratio never exceeds 1)",
+        _fmt(objective),
+        f"raise the objective above {_fmt(round(lowest, 4))}, or lower "
+        f"alerts.thresholds.burn_rate_factors so that each is under "
+        f"{_fmt(round(1 / (1 - objective), 4))}")]
 
 
 _DURATION_ONLY_THRESHOLDS = frozenset({"metrics_absent_for", "xid_error"})

@@ -153,3 +153,18 @@ def test_parse_duration_rejects(bad: object) -> None:
 def test_format_duration_round_trips(seconds: int, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
+
+
+def test_an_objective_no_burn_rate_tier_can_page_on_is_refused() -> None:
+    """With the default factors (14.4 the largest) an objective of 0.9 puts the fast-burn
+    threshold at an error ratio of 1.44, which no ratio reaches: the page and its scale-up
+    reaction would be lost without a word."""
+    raw = _raw()
+    raw["services"][0]["slo"]["objective"] = 0.9
+    text = _problems(raw)["services[0].slo.objective"]
+    assert "above 0.9306" in text and "burn_rate_factors" in text and "under 10" in text
+    raw["alerts"] = {"thresholds": {"burn_rate_factors": [8, 5, 3, 1]}}
+    assert parse_spec(yaml.safe_dump(raw)).services[0].slo.objective == 0.9
+    raw = _raw()
+    raw["services"][0]["slo"]["objective"] = 0.95  # 14.4 x 0.05 = 0.72: every tier can fire
+    assert parse_spec(yaml.safe_dump(raw)).services[0].slo.objective == 0.95
