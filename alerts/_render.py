@@ -104,9 +104,11 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
         "inhibit_rules": [{
             "source_matchers": ['severity="critical"'],
             "target_matchers": ['severity="warning"'],
-            # signal_group: one absent group must not mute another's warning.
+            # signal_group: one absent group must not mute another's warning; pod and gpu:
+            # one GPU's critical XID must not mute another GPU's warning (a label both lack,
+            # as every pool-level alert does, counts as equal).
             "equal": ["namespace", "alertname", "pdscale_service", "pdscale_pool",
-                      "signal_group"],
+                      "signal_group", "pod", "gpu"],
         }],
     }
 
