@@ -39,6 +39,7 @@ from telemetry import (
     pool_expr,
     recorded_name,
     series_refs,
+    slo_bucket_record,
     slo_error_ratio_expr,
     slo_error_ratio_record,
 )
@@ -442,6 +443,7 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
         inputs.append({"series": _series_text(bucket_metric[:-len("_bucket")] + "_count", base),
                        "values": f"0+100x{minutes}"})
         expect(slo_error_ratio_record(kind, "5m"), role, 1 - (90 / 60) / (100 / 60))  # type: ignore[arg-type]
+        expect(slo_bucket_record(kind), role, 1)  # type: ignore[arg-type]
     return {"name": f"recording rules of {service.name}", "interval": "1m",
             "input_series": inputs, "promql_expr_test": expects}
 

@@ -35,6 +35,8 @@ from telemetry import (
     engine_signals,
     pool_expr,
     recorded_name,
+    slo_bucket_expr,
+    slo_bucket_record,
     slo_error_ratio_expr,
     slo_error_ratio_record,
 )
@@ -167,6 +169,10 @@ def recording_groups(spec: Spec) -> list[Rule]:
                         "expr": expr,
                         "labels": dict(labels),
                     })
+            bucket = slo_bucket_expr(service, kind)  # type: ignore[arg-type]
+            if bucket is not None:
+                rules.append({"record": slo_bucket_record(kind),  # type: ignore[arg-type]
+                              "expr": bucket, "labels": dict(labels)})
         groups.append({"name": f"pdscale.{service.name}.recording", "rules": rules})
     return groups
 
@@ -320,6 +326,9 @@ def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> l
     defs.append(_target_down_alert(service, role, th.target_down, where))
     for group, signal in absence_groups(service, role):
         defs.append(_absent_alert(service, role, th.metrics_absent_for, where, group, signal))
+    slo_bucket = _slo_bucket_alert(service, role, th.metrics_absent_for, where)
+    if slo_bucket is not None:
+        defs.append(slo_bucket)
     defs.append(_scaling_stuck_alert(service, role, th.scaling_stuck, pool.cold_start, where))
     defs.append(_control_plane_alert(service, role, th.control_plane_stale, where))
     defs.extend(_burn_rate_alerts(settings, service, role, where))
@@ -543,6 +552,45 @@ def _absent_alert(service: ServiceSpec, role: Role, tiers: Any, where: str, grou
                TierDef("critical", expr, tiers.critical.for_, value, labels=labels)),
         reads={series: None},
         levels={"warning": {series: _stale}, "critical": {series: _stale}},
+        escalates_by_duration=True,
+    )
+
+
+def _slo_bucket_alert(service: ServiceSpec, role: Role, tiers: Any, where: str
+                      ) -> AlertDef | None:
+    """The pool's latency histogram is there but has no bucket at the SLO threshold (the
+    engine runs with custom buckets the spec does not name): every SLO error ratio, the
+    burn-rate alerts and their reaction read nothing, which must not pass for "no burn"."""
+    kind = "ttft" if role is Role.PREFILL else "itl"
+    if slo_bucket_expr(service, kind) is None:  # type: ignore[arg-type]
+        return None
+    signal = Signal.TTFT_P95_S if role is Role.PREFILL else Signal.ITL_P95_S
+    if signal not in engine_signals(service, role):
+        return None
+    latency = recorded_name(signal)
+    bucket = slo_bucket_record(kind)  # type: ignore[arg-type]
+    m = pool_matchers(service, role)
+    expr = f"absent({bucket}{{{m}}}) unless absent({latency}{{{m}}})"
+    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+
+    def value(frame: Frame, minute: int) -> float | None:
+        missing = frame.at(bucket, role, minute) is None
+        return 1.0 if missing and frame.at(latency, role, minute) is not None else None
+
+    labels = {"signal_group": "slo_bucket"}
+    what = "time to first token" if kind == "ttft" else "inter-token latency"
+    return AlertDef(
+        name="LLMPoolMetricsAbsent", service=service, role=role,
+        summary="The latency histogram has no bucket at the SLO threshold.",
+        description=f"{where}: no slo_bucket data: the {what} histogram is there but has no "
+                    f"bucket at the SLO's {threshold:g} s, so the SLO error ratios and the "
+                    "burn-rate alerts read nothing. The engine runs with custom buckets: put "
+                    "the threshold on one of them and name them in the service's "
+                    "histogram_buckets, or add the threshold to the engine's buckets.",
+        tiers=(TierDef("warning", expr, tiers.warning.for_, value, labels=labels),
+               TierDef("critical", expr, tiers.critical.for_, value, labels=labels)),
+        reads={bucket: None, latency: None},
+        levels={"warning": {bucket: _stale}, "critical": {bucket: _stale}},
         escalates_by_duration=True,
     )
 

@@ -726,6 +726,23 @@ def slo_error_ratio_expr(service: ServiceSpec, kind: Literal["ttft", "itl"],
     return f"1 - ({good} / ({total} > 0))"
 
 
+def slo_bucket_record(kind: Literal["ttft", "itl"]) -> str:
+    return f"pdscale_pool:{kind}_slo_bucket:series"
+
+
+def slo_bucket_expr(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> str | None:
+    """How many series of the SLO histogram have a bucket at the SLO threshold (None when the
+    engine has no histogram for it). Absent while the histogram itself is there, the engine
+    runs with buckets that miss the threshold and every SLO error ratio is empty."""
+    histogram = _SLO_HISTOGRAMS[service.engine].get(kind)
+    if histogram is None:
+        return None
+    metric, sel = histogram
+    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+    return Template(f"count by (namespace) ({metric}_bucket{{{sel},{le_matcher(threshold)}}})"
+                    ).substitute(_selectors(service, _SLO_ROLE[kind]))
+
+
 def signal_def(signal: Signal | str) -> SignalDef:
     return _BY_SIGNAL[Signal(signal)]
 
@@ -804,6 +821,7 @@ def _known_metrics() -> frozenset[str]:
             names |= {metric + "_bucket", metric + "_count"}
     names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
+    names |= {slo_bucket_record(k) for k in ("ttft", "itl")}
     names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}
     return frozenset(names)
 

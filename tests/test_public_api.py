@@ -21,6 +21,7 @@ PUBLIC = {
                   "engine_signals", "instant_rows", "le_matcher",
                   "metric_names_in", "pool_expr", "pool_query",
                   "recorded_name", "series_refs", "signal_def",
+                  "slo_bucket_expr", "slo_bucket_record",
                   "slo_bucket_ref", "slo_error_ratio_expr",
                   "slo_error_ratio_record",
                   "POD_WORK_SIGNALS", "PodWork", "pod_work_query", "read_pod_work"],

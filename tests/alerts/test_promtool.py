@@ -134,3 +134,41 @@ def test_drain_timeout_alert_is_generated_with_drains_and_passes_promtool(
     result = subprocess.run([promtool, "test", "rules", "qwen-sglang.test.yml"],
                             cwd=out / "tests", capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_burn(
+        tmp_path: Path) -> None:
+    """vLLM run with custom TTFT buckets that miss the spec's 0.5 s (the spec does not name
+    them): every request takes about 0.7 s, so the SLO is burning, but the error ratios are
+    empty. The slo_bucket absence alert says so instead of the silence reading as no burn."""
+    import yaml
+
+    from alerts._promtool import _example_labels, _le, _series_text
+    from telemetry import slo_bucket_expr
+
+    promtool = need_tool("promtool")
+    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
+    service = spec.services[0]
+    out = _write(spec, tmp_path)
+    expr = slo_bucket_expr(service, "ttft")
+    assert expr is not None
+    base = _example_labels(expr, "vllm:time_to_first_token_seconds_bucket")
+    assert base is not None
+    metric = "vllm:time_to_first_token_seconds"
+    inputs = [{"series": _series_text(f"{metric}_bucket", {**base, "le": _le(b)}),
+               "values": f"0+{per_min}x60"}
+              for b, per_min in ((0.25, 0), (1.0, 100), (2.5, 100), (float("inf"), 100))]
+    inputs.append({"series": _series_text(f"{metric}_count", base), "values": "0+100x60"})
+    pool = f'pdscale_service="{service.name}",pdscale_pool="prefill"'
+    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+                {"expr": f"count(pdscale_pool:ttft_slo_errors:ratio_rate5m{{{pool}}})",
+                 "eval_time": "40m", "exp_samples": []},
+                {"expr": f'count(ALERTS{{alertname="LLMPoolMetricsAbsent",'
+                         f'signal_group="slo_bucket",alertstate="firing",{pool}}})',
+                 "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 2}]}]}]}
+    path = out / "tests" / "slo-bucket.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -65,6 +65,9 @@ def test_absence_alert_per_signal_group(example: tuple[str, Spec]) -> None:
                 expected -= {"kv"}
             if service.engine is Engine.DYNAMO and role is Role.DECODE:
                 expected -= {"errors"}  # the frontend's errors are the service's, on prefill
+            # The SLO histogram's bucket at the threshold (TGI has no TTFT histogram).
+            if not (service.engine is Engine.TGI and role is Role.PREFILL):
+                expected |= {"slo_bucket"}
             assert groups == expected, (service.name, role)
             for r in rules:
                 assert r["expr"].startswith("absent(pdscale_pool:")
