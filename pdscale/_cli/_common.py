@@ -19,17 +19,27 @@ def err(message: str) -> None:
 
 
 def load_checked(path: str) -> Spec | None:
-    """The spec, validated once for everything later stages need (its schema and cross-field
-    checks, then what only other packages know: each pool's performance profile)."""
+    """The spec, validated once for everything later stages need, as ``pdscale validate``
+    does: its schema and cross-field checks, then what only other packages know (each pool's
+    performance profile, alert thresholds whose generated tests can tell the tiers apart), so
+    no command accepts a spec that ``validate`` refuses or fails on it after minutes of work."""
     try:
         spec = load_spec(path)
         problems = profile_problems(spec)
         if problems:
             raise SpecError(path, problems)
-        return spec
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return None
+    from alerts import ScenarioError, alert_files
+
+    try:
+        alert_files(spec, source=Path(path).name)
+    except ScenarioError as exc:
+        print(f"{path}: 1 problem(s) in the spec\n  - alerts.thresholds: expected alerts whose "
+              f"generated promtool tests can tell the tiers apart; got: {exc}", file=sys.stderr)
+        return None
+    return spec
 
 
 def profile_problems(spec: Spec) -> list[SpecProblem]:

@@ -228,3 +228,27 @@ def test_arbitrary_text_is_a_spec_or_a_spec_error(text: str) -> None:
         parse_spec(text)
     except SpecError as exc:
         assert exc.problems
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--duration", "60", "--out", "OUT"],
+    ["demo", "--hours", "0.1", "--out", "OUT"],
+    ["run", "--dry-run", "--prometheus-url", "http://127.0.0.1:9"],
+], ids=lambda a: a[0])
+def test_every_command_refuses_what_validate_refuses_before_any_work(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A threshold whose tiers no generated test can tell apart (critical after 8 days): the
+    demo used to simulate for minutes and then die on it with a traceback."""
+    spec = tmp_path / "spec.yaml"
+    raw = yaml.safe_load(BASE)
+    raw.setdefault("alerts", {}).setdefault("thresholds", {})["ttft_high"] = {
+        "warning": {"value": 1.0, "for": "5m"}, "critical": {"value": 1.5, "for": "8d"}}
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(spec)]) == 2
+    first = capsys.readouterr().err
+    out = tmp_path / "out"
+    args = [a if a != "OUT" else str(out) for a in argv]
+    assert main([args[0], "--spec", str(spec), *args[1:]]) == 2
+    said = capsys.readouterr().err
+    assert "alerts.thresholds" in said and said.strip() == first.strip()
+    assert not out.exists()  # nothing written
