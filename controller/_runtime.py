@@ -69,6 +69,16 @@ def kube_client(kubeconfig: str | None) -> k8s.ApiClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except ConfigException as exc:
         raise KubeConfigError(str(exc)) from exc
+    except Exception as exc:
+        import yaml
+
+        if kubeconfig and isinstance(exc, yaml.YAMLError | OSError | ValueError | TypeError
+                                     | AttributeError | KeyError):
+            # Not YAML, or not a kubeconfig's shape: the client's own errors say little.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise KubeConfigError(f"kubeconfig {kubeconfig} is not a readable kubeconfig "
+                                  f"({type(exc).__name__}: {first})") from exc
+        raise
     return k8s.ApiClient()
 
 

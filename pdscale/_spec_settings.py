@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from pdscale._spec_types import Duration, _Model, parse_duration
+from pdscale._spec_types import Duration, HttpUrl, _Model, parse_duration
 
 
 class Tier(_Model):
@@ -91,7 +91,7 @@ class PrometheusRuleSettings(_Model):
 
 
 class WebhookSettings(_Model):
-    url: str = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
+    url: HttpUrl = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
     receiver: str = "pdscale"
     send_resolved: bool = True
     credentials_file: str | None = Field(
@@ -136,7 +136,7 @@ class DashboardSettings(_Model):
 class PrometheusSettings(_Model):
     """Where the controller reads its signals, and how it authenticates."""
 
-    url: str = Field(default="http://prometheus-operated.monitoring.svc:9090",
+    url: HttpUrl = Field(default="http://prometheus-operated.monitoring.svc:9090",
                      description="Prometheus (or a PromQL-compatible store) base URL")
     timeout: Duration = Field(default=5, ge=1, description="Timeout of every query")
     stale_after: Duration = Field(default=120, ge=1,

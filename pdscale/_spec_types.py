@@ -35,6 +35,29 @@ class Role(StrEnum):
 ENGINE_HISTOGRAM_BUCKETS: dict[Engine, dict[str, tuple[float, ...]]] = {
     engine: dict(_engines.ENGINE_HISTOGRAM_BUCKETS[engine.value]) for engine in Engine}
 
+def check_http_url(value: object) -> str:
+    """An http(s) URL with a host (and, if given, a port from 1 to 65535); ValueError saying
+    what was expected otherwise. A URL without its scheme (``localhost:9090``) used to reach
+    the controller's loop and stop it there."""
+    from urllib.parse import urlsplit
+
+    want = "an http(s) URL with a host, such as http://prometheus:9090"
+    if not isinstance(value, str):
+        raise ValueError(f"expected {want}, got {value!r}")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"expected {want}, got {value!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0 \
+            or any(ch.isspace() for ch in value):
+        raise ValueError(f"expected {want}, got {value!r}")
+    return value
+
+
+HttpUrl = Annotated[str, BeforeValidator(check_http_url)]
+"""A spec field holding an http(s) URL (:func:`check_http_url`)."""
+
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

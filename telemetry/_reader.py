@@ -150,8 +150,17 @@ class PrometheusReader:
             raise PrometheusUnavailable(f"{self.url} did not answer within "
                                         f"{self.timeout_s:g}s: {exc}") from exc
         except requests.ConnectionError as exc:
+            if "timed out" in str(exc).lower():  # a read timeout after the adapter's retry
+                raise PrometheusUnavailable(f"{self.url} did not answer within "
+                                            f"{self.timeout_s:g}s") from exc
             raise PrometheusUnavailable(f"cannot connect to {self.url} (refused or "
                                         f"unreachable; is Prometheus up?): {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            # An answer that is not the Prometheus API's JSON (a Grafana or proxy page).
+            raise PrometheusQueryError(
+                f"{self.url} answered with something other than the Prometheus HTTP API "
+                f"({type(exc).__name__}: {str(exc)[:120]}); is it Prometheus' base URL?"
+            ) from exc
 
     # -- instant reads --------------------------------------------------------------------
 

@@ -110,6 +110,17 @@ def fmt_s(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def http_url(text: str) -> str:
+    """An argparse type for an http(s) URL (``pdscale.spec``'s check): a URL without its
+    scheme exits 2 at once instead of stopping the controller's loop later."""
+    from pdscale._spec_types import check_http_url
+
+    try:
+        return check_http_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:

@@ -7,7 +7,14 @@ import argparse
 import time
 from typing import Any
 
-from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, err, load_checked
+from pdscale._cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    err,
+    http_url,
+    load_checked,
+)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -20,9 +27,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if spec is None:
         return EXIT_BAD_INPUT
     url = args.prometheus or spec.controller.prometheus.url
-    if not url.startswith(("http://", "https://")):
-        err(f"--prometheus: expected an http(s) URL such as http://localhost:9090, got {url!r}")
-        return EXIT_BAD_INPUT
     names = [s.name for s in spec.services]
     if args.service and args.service not in names:
         err(f"--service: no service named {args.service!r}; the spec has {', '.join(names)}")
@@ -60,8 +64,9 @@ def register(sub: Any) -> None:
                     "Exit 0 when everything the controller needs is present, 1 otherwise, 2 "
                     "for bad input.")
     p.add_argument("spec")
-    p.add_argument("--prometheus", metavar="URL",
-                   help="default: spec.controller.prometheus.url")
+    p.add_argument("--prometheus", metavar="URL", type=http_url,
+                   help="an http(s) URL such as http://localhost:9090 (default: "
+                        "spec.controller.prometheus.url)")
     p.add_argument("--service", help="check one service only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_check)

@@ -8,7 +8,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK, err, load_checked, parse_listen
+from pdscale._cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    err,
+    http_url,
+    load_checked,
+    parse_listen,
+)
 
 
 def _port_busy(host: str, port: int) -> str | None:
@@ -118,13 +125,16 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-unauthenticated-webhook", action="store_true",
                    help="serve the webhook without authentication on a non-loopback address "
                         "(anyone who reaches the port can scale and drain pools)")
-    p.add_argument("--prometheus-url", help="overrides spec.controller.prometheus.url")
+    p.add_argument("--prometheus-url", type=http_url, metavar="URL",
+                   help="overrides spec.controller.prometheus.url (an http(s) URL such as "
+                        "http://localhost:9090)")
     p.add_argument("--identity", help="leader-election identity (default: POD_NAME or the "
                                       "host name)")
     p.add_argument("--no-leader-election", action="store_true",
                    help="act without a Lease (one replica only)")
-    p.add_argument("--sim-url", help="drive the simulator's live mode at this URL instead of "
-                                     "Kubernetes (what pdscale up does)")
+    p.add_argument("--sim-url", type=http_url, metavar="URL",
+                   help="drive the simulator's live mode at this URL instead of Kubernetes "
+                        "(what pdscale up does)")
     p.add_argument("--dynamo-stack", metavar="DIR",
                    help="scale the worker processes of a loopback Dynamo stack (the folder "
                         "`pdscale up --engine dynamo` keeps them in) instead of Kubernetes")

@@ -163,3 +163,42 @@ def test_webhook_state_file_is_json(tmp_path: Path) -> None:
     state = {"processes": [{"name": "prometheus", "pid": 1 << 22}]}
     (tmp_path / "up.json").write_text(json.dumps(state))
     assert main(["down", "--dir", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("url", ["localhost:9090", "http://", "http://[::1",
+                                 "http://127.0.0.1:99999", "ftp://prometheus:9090"])
+@pytest.mark.parametrize("command", [["run", "--spec", VLLM, "--prometheus-url"],
+                                     ["check", VLLM, "--prometheus"]], ids=["run", "check"])
+def test_a_prometheus_url_that_is_not_one_exits_2_before_anything_starts(
+        command: list[str], url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --prometheus-url localhost:9090` used to start, say it was controlling the pools,
+    and stop its loop on the first tick with a traceback."""
+    with pytest.raises(SystemExit) as info:
+        main([*command, url])
+    assert info.value.code == 2
+    said = capsys.readouterr().err
+    assert "an http(s) URL with a host" in said and "Traceback" not in said
+
+
+def test_the_spec_refuses_a_url_without_its_scheme(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "examples" / "vllm.yaml").read_text()
+    assert "controller:" not in text.split("services:")[0]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text + "\ncontroller:\n  prometheus: {url: \"localhost:9090\"}\n")
+    assert main(["validate", str(spec)]) == 2
+    said = capsys.readouterr().err
+    assert "controller.prometheus.url: expected an http(s) URL with a host" in said
+    assert "'localhost:9090'" in said
+
+
+def test_a_kubeconfig_that_is_not_yaml_exits_2(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nclusters: [\n  - {name: x\n")
+    code = main(["run", "--spec", VLLM, "--kubeconfig", str(config), "--dry-run",
+                 "--prometheus-url", "http://127.0.0.1:9"])
+    assert code == 2
+    said = capsys.readouterr().err
+    assert f"kubeconfig {config} is not a readable kubeconfig" in said
+    assert "Traceback" not in said

@@ -97,6 +97,25 @@ def test_errors_split_by_what_to_do(server: tuple[str, type[_Recorder]]) -> None
             SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
 
 
+def test_an_answer_that_is_not_the_prometheus_api_is_a_query_error(
+        server: tuple[str, type[_Recorder]]) -> None:
+    """Grafana's address given by mistake answers 200 with an HTML page (and a proxy JSON
+    without "data"): a query error naming the likely cause, not a JSONDecodeError."""
+    url, handler = server
+
+    def html(self: _Recorder) -> None:
+        body = b"<!doctype html><title>Grafana</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    handler.do_GET = html  # type: ignore[method-assign]
+    with pytest.raises(PrometheusQueryError, match="other than the Prometheus HTTP API"):
+        PrometheusReader(url, timeout_s=2).read(SPEC, [Signal.QUEUE_DEPTH], at_s=time.time())
+
+
 def test_unreadable_token_file_is_a_clear_error(tmp_path: Path) -> None:
     reader = PrometheusReader("http://127.0.0.1:9", auth=PrometheusAuth(
         bearer_token_file=tmp_path / "missing"))
