@@ -299,6 +299,13 @@ class Controller:
             self.telemetry.record_error("prometheus", "warmup")
             self.warm_result = {"ok": False, "error": str(exc)}
             log.warning("history warm-up failed, starting cold: %s", exc)
+        except Exception as exc:  # a forecaster or an adapter bug: start cold, never die
+            log.exception("history warm-up failed, starting cold")
+            self.reconciler.errors.append(AdapterError("forecaster", "error",
+                                                       f"history warm-up: {type(exc).__name__}:"
+                                                       f" {exc}", None, now))
+            self.telemetry.record_error("forecaster", "error")
+            self.warm_result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         return self.warm_result
 
     def lease_step(self) -> bool:

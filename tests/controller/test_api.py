@@ -363,3 +363,21 @@ def _counter(text: str, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def test_an_unexpected_warm_up_failure_starts_cold_and_the_loop_runs(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anything the warm-up raises besides Prometheus' own errors (an adapter or forecaster
+    bug) used to end the reconcile thread before its first tick, with the process still
+    serving and /healthz failing."""
+    import controller._runtime as runtime
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("forecaster exploded")
+
+    monkeypatch.setattr(runtime, "warm_from_history", broken)
+    warm = env.controller.warm()
+    assert warm == {"ok": False, "error": "RuntimeError: forecaster exploded"}
+    assert env.controller.reconciler.errors[-1].adapter == "forecaster"
+    report = env.controller.reconciler.tick()  # the loop goes on, cold
+    assert report.decisions
