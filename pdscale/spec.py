@@ -180,7 +180,26 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(source, [SpecProblem(
             f"line {line}", "UTF-8 text", f"the byte 0x{data[exc.start]:02x}",
             "save the file as UTF-8")]) from exc
-    return parse_spec(text, source=source)
+    return _profiles_beside(parse_spec(text, source=source), Path(path).resolve().parent)
+
+
+def _profiles_beside(spec: Spec, folder: Path) -> Spec:
+    """A pool's profile given as a relative path is the file beside the spec when there is
+    one there (a spec that names ``profile: mine.yaml`` works from any working directory);
+    otherwise the path is left as written (relative to the working directory)."""
+    services = []
+    changed = False
+    for service in spec.services:
+        pools = {}
+        for role, pool in service.pools.items():
+            given = Path(pool.profile)
+            if given.suffix in (".yaml", ".yml") and not given.is_absolute() \
+                    and (folder / given).is_file():
+                pool = pool.model_copy(update={"profile": str(folder / given)})
+                changed = True
+            pools[role] = pool
+        services.append(service.model_copy(update={"pools": pools}))
+    return spec.model_copy(update={"services": tuple(services)}) if changed else spec
 
 
 class _SpecLoader(yaml.SafeLoader):

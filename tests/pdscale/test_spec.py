@@ -168,3 +168,25 @@ def test_an_objective_no_burn_rate_tier_can_page_on_is_refused() -> None:
     raw = _raw()
     raw["services"][0]["slo"]["objective"] = 0.95  # 14.4 x 0.05 = 0.72: every tier can fire
     assert parse_spec(yaml.safe_dump(raw)).services[0].slo.objective == 0.95
+
+
+def test_a_relative_profile_path_is_the_file_beside_the_spec(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`profile: mine.yaml` next to the spec worked only from the spec's own folder."""
+    from pdscale.cli import main
+    from tests.conftest import ROOT
+
+    folder = tmp_path / "team"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text(
+        (ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml").read_text())
+    raw = _raw()
+    raw["services"][0]["pools"]["prefill"]["profile"] = "mine.yaml"
+    (folder / "spec.yaml").write_text(yaml.safe_dump(raw))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    spec = load_spec(folder / "spec.yaml")
+    assert spec.services[0].prefill.profile == str(folder / "mine.yaml")
+    assert spec.services[0].decode.profile == "h100-80gb-llama-3.1-8b"  # a name stays one
+    assert main(["validate", str(folder / "spec.yaml")]) == 0
