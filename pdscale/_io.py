@@ -21,11 +21,25 @@ class OutputError(Exception):
     """The output folder cannot be written; the message says why and what to do."""
 
 
+def resolved(target: Path) -> Path:
+    """The folder ``target`` names, links followed: a link given as ``--out`` keeps pointing
+    at the output, which is replaced where it lives (renaming the link itself would leave the
+    folder it names untouched and put a real folder in its place)."""
+    return Path(os.path.realpath(target))
+
+
 def check_target(target: Path) -> None:
     """Raise OutputError unless ``target`` may be replaced: new, empty, or pdscale's own output
     (its marker at the top, or only pdscale-written folders in it, as an older ``generate
-    all`` left them). Commands call this before long work, so a bad ``--out`` fails at once."""
-    target = Path(target)
+    all`` left them), and not the working directory or a folder holding it. Commands call
+    this before long work, so a bad ``--out`` fails at once."""
+    given = target
+    target = resolved(Path(target))
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise OutputError(f"--out {given} is the current folder or holds it; pdscale replaces "
+                          "its output folder as a whole, so choose a folder below it, e.g. "
+                          "--out ./pdscale-out")
     if not target.exists():
         parent = target.parent if str(target.parent) else Path(".")
         existing = next((p for p in (parent, *parent.parents) if p.exists()), Path("."))
@@ -50,9 +64,9 @@ def check_target(target: Path) -> None:
 def write_tree(target: Path, files: Mapping[str, str | bytes]) -> None:
     """Replace ``target`` with exactly ``files`` ({relative path: text or bytes}),
     atomically."""
-    target = Path(target)
     check_target(target)
-    parent = target.parent if str(target.parent) else Path(".")
+    target = resolved(Path(target))
+    parent = target.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
@@ -72,13 +86,15 @@ def write_tree(target: Path, files: Mapping[str, str | bytes]) -> None:
         os.chmod(staging, 0o755)
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
-            os.rename(target, old / "tree")
             try:
-                os.rename(staging, target)
-            except OSError:
-                os.rename(old / "tree", target)  # put the previous output back
-                raise
-            shutil.rmtree(old, ignore_errors=True)
+                os.rename(target, old / "tree")
+                try:
+                    os.rename(staging, target)
+                except OSError:
+                    os.rename(old / "tree", target)  # put the previous output back
+                    raise
+            finally:
+                shutil.rmtree(old, ignore_errors=True)  # the previous output, or nothing
         else:
             os.rename(staging, target)
     except OSError as exc:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, err, load_checked
+from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, err, load_checked, out_ok
 from pdscale.spec import Spec
 
 
@@ -70,6 +70,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     spec = load_checked(args.spec)
     if spec is None:
         print("nothing was written", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not out_ok(args.out):  # a bad --out is bad input (exit 2), as for every command
         return EXIT_BAD_INPUT
     started = time.perf_counter()
     source = Path(args.spec).name

@@ -54,7 +54,7 @@ def test_generate_refuses_a_folder_it_did_not_write(tmp_path: Path,
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert main(["generate", "alerts", VLLM, "--out", str(out)]) == 1
+    assert main(["generate", "alerts", VLLM, "--out", str(out)]) == 2  # bad input, as anywhere
     assert (out / "notes.txt").read_text() == "keep me"
     assert "not written by pdscale" in capsys.readouterr().err
 
@@ -63,7 +63,7 @@ def test_unwritable_output_leaves_nothing(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert main(["generate", "alerts", VLLM, "--out", str(blocker / "out")]) == 1
+    assert main(["generate", "alerts", VLLM, "--out", str(blocker / "out")]) == 2
     assert "is not a writable folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
@@ -75,10 +75,37 @@ def test_generate_all_writes_all_or_nothing(tmp_path: Path,
     out = tmp_path / "out"
     (out / "dashboards").mkdir(parents=True)
     (out / "dashboards" / "mine.json").write_text("{}")
-    assert main(["generate", "all", VLLM, "--out", str(out)]) == 1
+    assert main(["generate", "all", VLLM, "--out", str(out)]) == 2
     assert "not written by pdscale" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["dashboards"]
     assert [p.name for p in (out / "dashboards").iterdir()] == ["mine.json"]
+
+
+def test_the_current_folder_as_out_is_refused_and_nothing_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--out .` in an empty folder used to fail on the rename and leave a `..old.*` folder
+    behind, after which every run refused the folder as not pdscale's."""
+    here = tmp_path / "empty"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for out in (".", str(here), ".."):
+        assert main(["generate", "all", VLLM, "--out", out]) == 2
+        assert "is the current folder or holds it" in capsys.readouterr().err
+    assert list(here.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    assert main(["generate", "all", VLLM, "--out", "out"]) == 0  # a folder below it works
+
+
+def test_a_link_given_as_out_keeps_pointing_at_the_replaced_output(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    assert main(["generate", "dashboards", VLLM, "--out", str(real)]) == 0
+    (real / "pdscale-overview.json").write_text("stale")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert main(["generate", "dashboards", VLLM, "--out", str(link)]) == 0
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert (real / "pdscale-overview.json").read_text() != "stale"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 
 def test_an_older_generate_all_output_is_replaced(tmp_path: Path) -> None:
