@@ -27,6 +27,7 @@ from pdscale._servers import (
     find_binary,
     free_port,
     loopback_spec,
+    process_record,
     prometheus_argv,
     wait_ready,
     write_rule_files,
@@ -97,7 +98,8 @@ def _start(name: str, argv: list[str], ready_url: str, folder: Path,
     with (folder / f"{name}.log").open("w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    started.append({"name": name, "pid": proc.pid, "url": url})
+    # With its start time: `pdscale down` signals the PID only while it is still this process.
+    started.append({"name": name, "pid": proc.pid, "url": url, **process_record(proc.pid)})
     print(f"starting {name} ...", file=sys.stderr, flush=True)
     if not wait_ready(ready_url, 60, proc):
         tail = (folder / f"{name}.log").read_text()[-2000:]

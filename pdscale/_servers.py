@@ -1,9 +1,16 @@
 """Local servers on loopback: free ports, the distribution's Prometheus and Alertmanager command
 lines, readiness polling and process checks. ``pdscale up`` and the end-to-end tests start
-their servers with these, so both run them the same way."""
+their servers with these, so both run them the same way.
+
+A PID alone does not name a process for long: after the process exits, or the host reboots, the
+kernel hands the number to another one, and ``pdscale down`` would signal a stranger. So
+``pdscale up`` records each process's kernel start time and the boot's id beside its PID
+(:func:`process_record`), and :func:`recorded_process` trusts a PID only while both still match
+(``controller._host`` tells the actuator's workers apart by the same start time)."""
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import socket
@@ -16,12 +23,15 @@ from typing import Any, Protocol
 from pdscale.spec import Spec
 
 __all__ = [
+    "ProcessState",
     "alertmanager_argv",
     "alive",
     "find_binary",
     "free_port",
     "loopback_spec",
+    "process_record",
     "prometheus_argv",
+    "recorded_process",
     "wait_ready",
 ]
 
@@ -84,6 +94,97 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+_PROC = Path("/proc")
+
+
+class ProcessState(enum.Enum):
+    """What a PID recorded by ``pdscale up`` holds now."""
+
+    OURS = "ours"
+    """Still the process pdscale started: its start time (or, in an older record, its command
+    line) matches."""
+    GONE = "gone"
+    """Nothing runs under the PID (or only a zombie)."""
+    REPLACED = "replaced"
+    """Another process holds the PID now (it was reused, or the host rebooted)."""
+    UNCONFIRMED = "unconfirmed"
+    """A process runs under the PID but /proc cannot tell whether it is pdscale's."""
+
+
+def _start_ticks(pid: int, proc: Path) -> int | None:
+    """``/proc/<pid>/stat`` field 22: the start time in clock ticks since boot (the command
+    name, field 2, may hold spaces and parentheses, so split after its last ``)``)."""
+    try:
+        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _boot_id(proc: Path) -> str | None:
+    try:
+        return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _zombie(pid: int, proc: Path) -> bool:
+    try:
+        return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _cmdline(pid: int, proc: Path) -> list[str] | None:
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
+def process_record(pid: int, *, proc: Path = _PROC) -> dict[str, Any]:
+    """What to store beside ``pid`` to recognise the process later: its start time in clock
+    ticks since boot (``start_ticks``) and this boot's id (``boot_id``); each None where
+    ``proc`` cannot tell (then :func:`recorded_process` never confirms it)."""
+    return {"start_ticks": _start_ticks(pid, proc), "boot_id": _boot_id(proc)}
+
+
+def recorded_process(record: Mapping[str, Any], *, folder: Path,
+                     proc: Path = _PROC) -> ProcessState:
+    """What ``record`` (``{"pid": ..., **process_record(pid)}`` as ``pdscale up`` wrote it in
+    ``folder``) holds now. A record without ``start_ticks`` (written before pdscale recorded
+    it) is confirmed by the command line instead: every process ``pdscale up`` starts names a
+    file in its folder."""
+    pid = int(record["pid"])
+    if pid <= 0:
+        return ProcessState.GONE
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return ProcessState.GONE
+    except PermissionError:
+        pass  # another user's process: still compare it (``pdscale up`` may have run as root)
+    if _zombie(pid, proc):
+        return ProcessState.GONE
+    if "start_ticks" not in record:
+        argv = _cmdline(pid, proc)
+        if argv is None:
+            return ProcessState.UNCONFIRMED
+        inside = f"{folder.resolve()}{os.sep}"  # an empty command line: a kernel thread
+        return ProcessState.OURS if any(inside in arg for arg in argv) \
+            else ProcessState.REPLACED
+    start_ticks, boot_id = record.get("start_ticks"), record.get("boot_id")
+    if not isinstance(start_ticks, int):
+        return ProcessState.UNCONFIRMED
+    boot_now = _boot_id(proc)
+    if isinstance(boot_id, str) and boot_now is not None and boot_id != boot_now:
+        return ProcessState.REPLACED  # the host rebooted since: the PID is someone else's
+    ticks_now = _start_ticks(pid, proc)
+    if ticks_now is None:
+        return ProcessState.UNCONFIRMED
+    return ProcessState.OURS if ticks_now == start_ticks else ProcessState.REPLACED
 
 
 def write_rule_files(files: Mapping[str, str], folder: Path) -> list[str]:
