@@ -50,6 +50,9 @@ def check_target(target: Path) -> None:
     if not target.is_dir():
         raise OutputError(f"{target} exists and is not a folder; choose another --out")
     entries = list(target.iterdir())
+    if (target / "up.json").exists():
+        raise OutputError(f"{target} holds the state of a `pdscale up` stack (up.json); stop it "
+                          f"with `pdscale down --dir {given}` or choose another --out")
     ours = MARKER in {p.name for p in entries} or all(
         p.is_dir() and (p / MARKER).exists() for p in entries)
     if entries and not ours:

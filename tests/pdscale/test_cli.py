@@ -108,6 +108,19 @@ def test_a_link_given_as_out_keeps_pointing_at_the_replaced_output(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 
+def test_a_pdscale_up_folder_is_not_replaced_by_generate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`up` leaves the same marker as generate: its folder, with the PIDs it must stop in
+    up.json, must not be replaced wholesale by another command's --out."""
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    (stack / MARKER).write_text("")
+    (stack / "up.json").write_text('{"processes": []}')
+    assert main(["generate", "dashboards", VLLM, "--out", str(stack)]) == 2
+    assert "pdscale down --dir" in capsys.readouterr().err
+    assert (stack / "up.json").exists()
+
+
 def test_an_older_generate_all_output_is_replaced(tmp_path: Path) -> None:
     """Before the output became one tree, generate all left a marker in each subfolder."""
     out = tmp_path / "out"
