@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from pdscale.spec import Spec, format_duration
+from pdscale.spec import Spec, format_duration, parse_duration
 
 __all__ = ["spec_reference"]
 
@@ -93,6 +93,9 @@ def spec_reference() -> str:
         for name, field in model.model_fields.items():
             key = field.alias or name
             type_name = _type_name(field.annotation)
+            if type_name == "int" and any(
+                    getattr(m, "func", None) is parse_duration for m in field.metadata):
+                type_name = "duration"  # pydantic keeps Annotated's validators apart
             meaning = " ".join((field.description or "").split())
             lines.append(f"| `{key}` | {type_name} | {_default(field, type_name)} | "
                          f"{meaning} |")

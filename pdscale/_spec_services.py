@@ -45,23 +45,33 @@ class PoolSelector(_Model):
 
     pod_regex: str | None = Field(default=None, description="Regex on the pod label")
     match_labels: dict[str, str] = Field(default_factory=dict)
+    """Exact label matchers added to the pool's engine series."""
     dynamo_component: str | None = None
+    """Dynamo only: the component name of the pool's workers."""
 
 
 class ScaleTarget(_Model):
     """The Kubernetes object whose ``/scale`` subresource sets the pool's replicas."""
 
     api_version: str = "apps/v1"
+    """The target's apiVersion."""
     kind: str = "Deployment"
+    """The target's kind (anything with a /scale subresource)."""
     name: str
+    """The target's name in the service's namespace."""
 
 
 class PoolSpec(_Model):
     selector: PoolSelector = Field(default_factory=PoolSelector)
+    """How to find the pool's series in Prometheus."""
     target: ScaleTarget
+    """The Kubernetes object whose /scale subresource sets the pool's replicas."""
     min_replicas: int = Field(default=1, ge=1)
+    """Fewest replicas pdscale leaves the pool."""
     max_replicas: int = Field(ge=1)
+    """Most replicas pdscale gives the pool."""
     gpus_per_replica: int = Field(default=1, ge=1)
+    """GPUs one replica holds (GPU-hours and the GPU budget count them)."""
     cold_start: Duration = Field(default=60, description="Estimated median time from a "
                                  "scale-up to a ready replica")
     cold_start_spread: float = Field(
@@ -70,6 +80,8 @@ class PoolSpec(_Model):
         "The controller plans with the p90 until it has timed its own cold starts; the "
         "simulator draws every replica's cold start from it")
     profile: str = Field(default="h100-80gb-llama-3.1-8b", min_length=1)
+    """Performance profile: a shipped name or a profile YAML file (a relative path is read
+    beside the spec)."""
 
     @property
     def cold_start_p90_s(self) -> float:
@@ -114,6 +126,7 @@ class DynamoSettings(_Model):
     namespace: str = Field(min_length=1, description="Value of the dynamo_namespace label on "
                            "the workers' dynamo_component_* series")
     backend: Literal["vllm", "sglang"] = "vllm"
+    """The worker backend Dynamo runs (its metrics' component names follow it)."""
     histograms: dict[Literal["ttft", "itl"], DynamoHistogram] = Field(
         default_factory=dict, description="The frontend's DYN_METRICS_TTFT_* / DYN_METRICS_ITL_* "
         "settings where the deployment sets them (default: Dynamo's, TTFT MIN 0.001 MAX 480 "
@@ -136,12 +149,19 @@ class RatioBounds(_Model):
 
 class ServiceSpec(_Model):
     name: str
+    """The service's name (a DNS-1123 label); alerts and dashboards carry it as
+    `pdscale_service`."""
     namespace: str
+    """The Kubernetes namespace the service's pools run in."""
     engine: Engine
+    """The serving engine whose metrics pdscale reads."""
     model_name: str = Field(min_length=1)
+    """The model name the engine reports in its metrics' `model_name` label."""
     slo: SLOSpec
+    """The latency SLOs the pools are sized and alerted for."""
     priority: float = Field(default=1.0, gt=0, description="Weight in the shared GPU budget")
     dynamo: DynamoSettings | None = None
+    """Dynamo only: the namespace and backend the frontend and workers register under."""
     pd_ratio: RatioBounds | None = Field(
         default=None, description="Optional bounds on prefill replicas per decode replica")
     histogram_buckets: dict[Literal["ttft", "itl"], tuple[float, ...]] = Field(
@@ -156,6 +176,7 @@ class ServiceSpec(_Model):
         "selectors may use only these and the engine's own labels; add any label your "
         "relabelling copies from the pod (e.g. a role label used in match_labels)")
     pools: dict[Role, PoolSpec]
+    """The `prefill` and the `decode` pool."""
 
     def buckets(self, kind: Literal["ttft", "itl"]) -> tuple[float, ...] | None:
         """The latency histogram buckets for this service, or None where not known."""

@@ -14,7 +14,9 @@ from pdscale._spec_types import Duration, HttpUrl, _Model, parse_duration
 
 class Tier(_Model):
     value: float
+    """The threshold (in the alert's own unit)."""
     for_: Duration = Field(alias="for")
+    """How long the condition must hold before the tier fires."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -23,7 +25,9 @@ class TieredThreshold(_Model):
     """A warning and a critical level of one alert; higher values are worse."""
 
     warning: Tier
+    """The warning tier."""
     critical: Tier
+    """The critical tier."""
 
 
 def _tiers(warning: float, warning_for: str, critical: float, critical_for: str) -> Any:
@@ -86,14 +90,20 @@ class AlertThresholds(_Model):
 
 class PrometheusRuleSettings(_Model):
     name: str = "pdscale"
+    """The PrometheusRule's name."""
     namespace: str = "monitoring"
+    """The PrometheusRule's namespace."""
     labels: dict[str, str] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
+    """Labels the Prometheus operator selects rules by."""
 
 
 class WebhookSettings(_Model):
     url: HttpUrl = "http://pdscale.pdscale-system.svc:8080/v1/alerts/alertmanager"
+    """The controller's webhook URL as Alertmanager reaches it."""
     receiver: str = "pdscale"
+    """The Alertmanager receiver's name."""
     send_resolved: bool = True
+    """Also deliver resolved alerts (they end holds and floors)."""
     credentials_file: str | None = Field(
         default=None, description="Bearer token file as mounted in Alertmanager (its "
         "http_config.authorization.credentials_file); must hold the token the controller reads "
@@ -102,14 +112,19 @@ class WebhookSettings(_Model):
 
 class AlertSettings(_Model):
     extra_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels added to every generated alert (e.g. team, routing)."""
     runbook_url_pattern: str = Field(
         default="https://github.com/pdscale/pdscale/blob/main/docs/runbooks.md#{alertname}",
         description="'{alertname}' is replaced by the lower-cased alert name",
     )
     thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+    """Warning and critical thresholds (value and `for`) per alert."""
     prometheus_rule: PrometheusRuleSettings = Field(default_factory=PrometheusRuleSettings)
+    """Name, namespace and labels of the generated PrometheusRule."""
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    """The Alertmanager route and receiver that deliver alerts to pdscale's webhook."""
     evaluation_interval: Duration = 30
+    """Rule evaluation interval of the generated rule groups."""
     prefix_cache_baseline: Duration = Field(
         default=86400, description="Trailing window of the prefix-cache hit-rate baseline"
     )
@@ -120,17 +135,26 @@ class AlertSettings(_Model):
 
 class ConfigMapSettings(_Model):
     namespace: str = "monitoring"
+    """The dashboards ConfigMap's namespace (Grafana's)."""
     labels: dict[str, str] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
+    """Labels Grafana's sidecar selects dashboard ConfigMaps by."""
 
 
 class DashboardSettings(_Model):
     uid_prefix: str = Field(default="pdscale", pattern=r"^[a-zA-Z0-9_-]{1,24}$")
+    """Prefix of every generated dashboard's uid."""
     title_prefix: str = "pdscale"
+    """Prefix of every generated dashboard's title."""
     tags: tuple[str, ...] = ("pdscale", "llm")
+    """Tags on every generated dashboard."""
     refresh: str = "30s"
+    """Dashboard auto-refresh interval."""
     time_from: str = "now-6h"
+    """Default time range start (Grafana syntax)."""
     folder: str = "pdscale"
+    """Grafana folder the dashboards go to (the sidecar's folder annotation)."""
     configmap: ConfigMapSettings = Field(default_factory=ConfigMapSettings)
+    """The ConfigMap the dashboards ship in for Grafana's sidecar."""
 
 
 class PrometheusSettings(_Model):
@@ -146,6 +170,7 @@ class PrometheusSettings(_Model):
     basic_auth_file: str | None = Field(
         default=None, description="File holding 'user:password', re-read when it changes")
     ca_bundle: str | None = None
+    """CA bundle file to verify Prometheus' TLS certificate."""
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="Extra headers, e.g. X-Scope-OrgID for Mimir")
     history: Duration = Field(default=3 * 86400,
@@ -154,7 +179,9 @@ class PrometheusSettings(_Model):
 
 class LeaderElectionSettings(_Model):
     enabled: bool = True
+    """Elect a leader through a Lease (off: one replica only)."""
     lease_name: str = "pdscale-leader"
+    """The Lease's name."""
     namespace: str | None = Field(
         default=None, description="Namespace of the Lease; default: the controller's own "
         "(POD_NAMESPACE), else 'pdscale-system'")
@@ -220,8 +247,11 @@ class ControllerSettings(_Model):
         "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
         "window; bursts that came recently come again; 0 turns it off)")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    """Where and how the controller reads its signals."""
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    """The Lease that lets one of several controller replicas act."""
     drain: ScaleDownDrainSettings = Field(default_factory=ScaleDownDrainSettings)
+    """Scale-down drains: replicas leave routing and finish their work before removal."""
 
 
 class ReactionAction(StrEnum):
@@ -237,8 +267,11 @@ class ReactionRule(_Model):
     ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``."""
 
     match: dict[str, str] = Field(default_factory=dict)
+    """Labels the alert must carry, with these exact values."""
     match_re: dict[str, str] = Field(default_factory=dict)
+    """Labels the alert must carry, each fully matching this regex."""
     action: ReactionAction
+    """What the alert does to its pool."""
     step: int | None = Field(default=None, ge=1, description="scale_up: add this many")
     to: int | None = Field(default=None, ge=1, description="scale_up: to at least this many")
     hold: Duration = Field(default=900, description="hold_scale_down / scale_up: how long "
@@ -279,7 +312,9 @@ class DrainSettings(_Model):
     the workload's selector match on, so traffic stops and the workload starts a replacement."""
 
     label: str = "pdscale.io/serving"
+    """The pod label a drain sets."""
     value: str = "drained"
+    """The label's value while the pod is drained (its Service selects the serving value)."""
 
 
 def _default_reactions() -> tuple[ReactionRule, ...]:
@@ -314,7 +349,12 @@ class ReactionSettings(_Model):
     cooldown: Duration = Field(default=120, description="Least time between actions on a pool")
     max_actions: int = Field(default=10, ge=0, description="Most actions per window, all pools")
     window: Duration = Field(default=600, ge=1)
+    """The window `max_actions` counts over."""
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    """Largest webhook payload accepted (larger: 413)."""
     auth: WebhookAuth = Field(default_factory=WebhookAuth)
+    """How Alertmanager authenticates to the webhook (bearer token or basic auth)."""
     drain: DrainSettings = Field(default_factory=DrainSettings)
+    """The pod label drain_instance sets, and the value that takes a pod out of routing."""
     rules: tuple[ReactionRule, ...] = Field(default_factory=_default_reactions)
+    """Reaction rules, first match wins: which critical alerts become which actions."""

@@ -118,7 +118,8 @@ def _accepts_bool(annotation: Any) -> bool:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description (the spec reference and the JSON schema show it).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     @field_validator("*", mode="before")
     @classmethod

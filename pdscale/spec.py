@@ -115,12 +115,20 @@ simulator."""
 
 class Spec(_Model):
     version: Literal[1] = 1
+    """Spec format version (1)."""
     services: tuple[ServiceSpec, ...] = Field(min_length=1)
+    """The model services pdscale observes and scales, each a prefill and a decode pool."""
     gpu_budget: int | None = Field(default=None, ge=1, description="GPUs shared by all pools")
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    """Alert thresholds per alert and tier, extra labels, the PrometheusRule and the
+    Alertmanager webhook route."""
     dashboards: DashboardSettings = Field(default_factory=DashboardSettings)
+    """Grafana dashboards: uids, titles, tags, refresh and the ConfigMap they ship in."""
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    """How `pdscale run` reads Prometheus, ticks, sizes, drains and elects a leader."""
     reactions: ReactionSettings = Field(default_factory=ReactionSettings)
+    """The Alertmanager webhook: which critical alerts become which bounded actions, and the
+    guards."""
 
     @model_validator(mode="after")
     def _budget_fits_minimums(self) -> Spec:
