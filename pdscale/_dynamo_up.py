@@ -48,10 +48,10 @@ class StackUpError(Exception):
     """The loopback stack cannot be driven; the message says what to do."""
 
 
-def _dynamo_service(spec: Spec) -> ServiceSpec:
+def _dynamo_service(spec: Spec, option: str = "--engine dynamo") -> ServiceSpec:
     service = next((s for s in spec.services if s.engine is Engine.DYNAMO), None)
     if service is None:
-        raise StackUpError("--engine dynamo needs a service with engine: dynamo in the spec; "
+        raise StackUpError(f"{option} needs a service with engine: dynamo in the spec; "
                            "try --spec examples/dynamo.yaml")
     return service
 
@@ -62,7 +62,7 @@ def process_backend(spec: Spec, folder: Path) -> Any:
     from controller import ProcessActuator
     from simulator import DynamoStack, StackError, dynamo_python
 
-    service = _dynamo_service(spec)
+    service = _dynamo_service(spec, "--dynamo-stack")
     if not (folder / "workers.json").is_file():
         raise StackUpError(f"{folder} holds no Dynamo stack (no workers.json): start one with "
                            "pdscale up --engine dynamo, and pass its <dir>/dynamo")

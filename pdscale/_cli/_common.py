@@ -18,6 +18,18 @@ def err(message: str) -> None:
     print(f"pdscale: error: {message}", file=sys.stderr)
 
 
+def example_spec(name: str) -> str:
+    """The shipped example spec ``examples/<name>``: beside the working directory when it has
+    one, else in the checkout pdscale runs from (a command's default --spec works from any
+    folder), else the relative path (load_checked then says it is missing and to pass
+    --spec)."""
+    local = Path("examples") / name
+    if local.is_file():
+        return str(local)
+    shipped = Path(__file__).resolve().parents[2] / "examples" / name
+    return str(shipped) if shipped.is_file() else str(local)
+
+
 def load_checked(path: str) -> Spec | None:
     """The spec, validated once for everything later stages need, as ``pdscale validate``
     does: its schema and cross-field checks, then what only other packages know (each pool's

@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
                        description="Print a signal's PromQL for a pool: the raw expression "
                                    "over the engine's series and the recorded series query.")
     p.add_argument("spec", help="path to the spec YAML")
-    p.add_argument("--service", required=True)
+    p.add_argument("--service", required=True, help="a service name from the spec")
     p.add_argument("--pool", required=True, choices=[r.value for r in Role])
     p.add_argument("--signal", required=True, help="signal name, see `pdscale signals`")
     p.add_argument("--window", default="5m", type=prom_window, help="rate window (default 5m)")

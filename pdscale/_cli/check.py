@@ -63,7 +63,7 @@ def register(sub: Any) -> None:
                     "selector matches nothing, which matcher removed it and how to fix it. "
                     "Exit 0 when everything the controller needs is present, 1 otherwise, 2 "
                     "for bad input.")
-    p.add_argument("spec")
+    p.add_argument("spec", help="path to the spec YAML")
     p.add_argument("--prometheus", metavar="URL", type=http_url,
                    help="an http(s) URL such as http://localhost:9090 (default: "
                         "spec.controller.prometheus.url)")

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, POSITIVE, err, load_checked
+from pdscale._cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    POSITIVE,
+    err,
+    example_spec,
+    load_checked,
+)
 from pdscale._servers import ProcessState, recorded_process
 from pdscale.spec import Spec, load_spec
 
@@ -103,12 +111,32 @@ def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Pa
 
 def _start(stack: LocalStack, folder: Path) -> list[dict[str, Any]] | None:
     """Start the stack's processes in order, each once its predecessor is ready; on a
-    failure stop those started and say why (None)."""
+    failure stop those started and say why (None). Interrupted (Ctrl-C, SIGTERM, a closed
+    stderr), it stops what it started before passing the interruption on: nothing is left
+    running that up.json does not record."""
+    import signal
+
+    started: list[dict[str, Any]] = []
+
+    def interrupted(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return _start_each(stack, folder, started)
+    except BaseException:
+        _stop(started, folder)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _start_each(stack: LocalStack, folder: Path, started: list[dict[str, Any]]
+                ) -> list[dict[str, Any]] | None:
     import subprocess
 
     from pdscale._servers import process_record, wait_ready
 
-    started: list[dict[str, Any]] = []
     for name, argv, ready_url in stack.commands:
         try:
             with (folder / f"{name}.log").open("w") as log:
@@ -237,8 +265,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from alerts import alert_files
     from pdscale._servers import find_binary, free_port, write_rule_files
 
-    spec = load_checked(args.spec or ("examples/dynamo.yaml" if args.engine == "dynamo"
-                                      else "examples/vllm.yaml"))
+    spec = load_checked(args.spec or example_spec("dynamo.yaml" if args.engine == "dynamo"
+                                                  else "vllm.yaml"))
     if spec is None:
         return EXIT_BAD_INPUT
     folder = Path(args.dir)
@@ -442,6 +470,11 @@ def register(sub: Any) -> None:
     p.add_argument("--scale", type=POSITIVE, default=1.0, help="load multiplier")
     p.set_defaults(func=_cmd_up)
 
-    p = sub.add_parser("down", help="stop the stack pdscale up started")
-    p.add_argument("--dir", default=".pdscale-up")
+    p = sub.add_parser(
+        "down", help="stop the stack pdscale up started",
+        description="Stop every process `pdscale up` started (recorded in DIR/up.json), each "
+                    "only while it is still the process up started; then remove up.json. "
+                    "Exit 1 when a recorded process could not be confirmed or stopped.")
+    p.add_argument("--dir", default=".pdscale-up",
+                   help="the folder pdscale up used (default .pdscale-up)")
     p.set_defaults(func=_cmd_down)

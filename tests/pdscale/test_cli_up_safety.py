@@ -294,3 +294,42 @@ def test_up_engine_dynamo_records_each_process_with_its_start_time(tmp_path: Pat
     with contextlib.suppress(ChildProcessError):  # subprocess may have reaped it already
         os.waitpid(started[0]["pid"], 0)
     assert isinstance(started[0]["start_ticks"], int) and started[0]["boot_id"]
+
+
+# -- an interrupted start -------------------------------------------------------------------------
+
+
+def test_an_interrupted_start_stops_what_it_started(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM, or a closed stderr) while the stack comes up used to leave the
+    processes started so far running with no up.json to find them by."""
+    stack = up_cli.LocalStack(
+        spec={}, prometheus={}, alertmanager={},
+        commands=(("first", ("sleep", "30"), "http://127.0.0.1:1/"),
+                  ("second", ("sleep", "30"), "http://127.0.0.1:1/")),
+        urls={"first": "http://127.0.0.1:1", "second": "http://127.0.0.1:1"})
+    seen: list[int] = []
+
+    def ready_then_interrupt(url: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> bool:
+        seen.append(proc.pid)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return True
+
+    monkeypatch.setattr("pdscale._servers.wait_ready", ready_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        up_cli._start(stack, tmp_path)
+    assert len(seen) == 2
+    def gone(pid: int) -> bool:  # exited: no longer in the table, or a zombie of this test
+        stat = Path(f"/proc/{pid}/stat")
+        with contextlib.suppress(OSError):
+            return stat.read_text().split(") ")[1].startswith("Z")
+        return True
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not all(gone(pid) for pid in seen):
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in seen)
+    for pid in seen:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
