@@ -484,7 +484,11 @@ def serve_live(cluster: LiveCluster, *, host: str = "127.0.0.1", port: int = 0,
                ready: threading.Event | None = None,
                on_port: Any = None) -> None:
     """Serve metrics and scaling over HTTP while advancing the simulation; returns when the
-    trace is done (or ``stop`` is set)."""
+    trace is done (or ``stop`` is set). A port outside 0-65535 is a ValueError; one that
+    cannot be listened on (taken, or a host not of this machine) the socket's OSError, raised
+    before ``on_port`` is called and before the simulation starts."""
+    if not 0 <= port <= 65535:  # the socket module says OverflowError, naming no port
+        raise ValueError(f"port must be from 0 (any free port) to 65535, got {port}")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(cluster)
     handler = type("LiveHandler", (_Handler,), {"cluster": cluster, "registry": registry})

@@ -9,7 +9,9 @@ request, prompt and output tokens, optional prefix-block hashes). Formats:
 * ``burstgpt``: ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
   (seconds from the trace start).
 * ``mooncake``: JSON lines with ``timestamp`` (ms), ``input_length``, ``output_length``,
-  ``hash_ids`` (512-token prefix blocks); plain or gzip.
+  ``hash_ids`` (512-token prefix blocks); plain or gzip. A file that is one JSON array of the
+  same objects (a JSON-lines trace re-saved by ``json.dump``) is read too: a JSON-lines file
+  cannot start with ``[``, so the two cannot be confused.
 * ``servegen``: ServeGen per-client rate windows (``client_id, window_start_s, rate_rps, cv,
   arrival_dist, dist_param1, dist_param2``), rebuilt into arrivals as ServeGen's own generator
   does: ceil(rate x window) inter-arrival gaps drawn from the client's Gamma or Weibull
@@ -30,6 +32,7 @@ import math
 import warnings
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +54,8 @@ __all__ = [
 
 FORMATS = ("azure", "burstgpt", "mooncake", "servegen", "synthetic")
 MOONCAKE_BLOCK_TOKENS = 512
+MAX_TOKENS = 2**31 - 1
+"""Largest token count a row may give (far beyond any context; more is a corrupt row)."""
 SERVEGEN_WINDOW_S = 600.0
 
 FloatArray = npt.NDArray[np.float64]
@@ -124,6 +129,27 @@ class Trace:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_file(path: Path) -> None:
+    """Raise TraceError unless ``path`` is an existing file (checked before it is opened, so
+    a typo or a folder is one clear line)."""
+    if not path.exists():
+        raise TraceError(f"{path}: no such file; give a trace path or 'synthetic'")
+    if not path.is_file():
+        raise TraceError(f"{path}: a folder, not a trace file; give the file's path")
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn a corrupt or truncated file's errors into a TraceError naming it."""
+    try:
+        yield
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, csv.Error) as exc:
+        # gzip.BadGzipFile is an OSError; a truncated gzip ends in EOFError.
+        raise TraceError(f"{path}: cannot be read as a trace ({type(exc).__name__}: {exc}); "
+                         "check that the file is complete (a truncated download?) and its "
+                         "format") from exc
+
+
 def detect_format(path: Path) -> str:
     name = path.name.lower()
     for fmt in ("mooncake", "servegen", "burstgpt", "azure"):
@@ -131,7 +157,8 @@ def detect_format(path: Path) -> str:
             return fmt
     if name.endswith((".jsonl", ".jsonl.gz")):
         return "mooncake"
-    with _open(path) as handle:
+    _check_file(path)
+    with _reading(path), _open(path) as handle:
         header = handle.readline()
     if header.startswith("TIMESTAMP"):
         return "azure"
@@ -173,19 +200,33 @@ def _finish(name: str, arrivals: list[float], prompts: list[int], outputs: list[
     return trace
 
 
-def _bad(path: Path, line: int, column: str, problem: str) -> TraceError:
-    return TraceError(f"{path}, line {line}, column {column!r}: {problem}; fix the row or pass "
-                      "--skip-bad-rows to skip malformed rows")
+def _bad(path: Path, line: int, column: str, problem: str, *, row: str = "line",
+         skippable: bool = True) -> TraceError:
+    fix = ("fix the row or pass --skip-bad-rows to skip malformed rows" if skippable
+           else "fix the row")
+    return TraceError(f"{path}, {row} {line}, column {column!r}: {problem}; {fix}")
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float, or None (not a number, a bool, NaN, infinite, or too
+    large for a float)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _int_field(row: dict[str, str], key: str, path: Path, line: int) -> int:
     text = row.get(key)
     if text is None:
         raise _bad(path, line, key, "missing value")
-    try:
-        value = int(float(text))
-    except ValueError:
-        raise _bad(path, line, key, f"expected a token count, got {text!r}") from None
+    number = _finite(text)
+    if number is None or number > MAX_TOKENS:
+        raise _bad(path, line, key, f"expected a token count, got {text!r}")
+    value = int(number)
     if value < 0:
         raise _bad(path, line, key, f"expected a non-negative token count, got {value}")
     return value
@@ -251,10 +292,11 @@ def load_azure(path: Path, *, skip_bad_rows: bool = False) -> Trace:
 
 def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
     def parse(text: str, line: int) -> float:
-        try:
-            return float(text)
-        except (TypeError, ValueError):
-            raise _bad(path, line, "Timestamp", f"expected seconds, got {text!r}") from None
+        seconds = _finite(text)
+        if seconds is None:
+            raise _bad(path, line, "Timestamp", f"expected a finite number of seconds, got "
+                                                f"{text!r}")
+        return seconds
 
     arrivals, prompts, outputs, skipped = _load_csv(
         path, ("Timestamp", "Request tokens", "Response tokens"), parse,
@@ -263,39 +305,71 @@ def load_burstgpt(path: Path, *, skip_bad_rows: bool = False) -> Trace:
                    path=path)
 
 
+def _mooncake_rows(path: Path) -> Iterator[tuple[str, int, Any]]:
+    """(``"line"`` or ``"request"``, its number, the parsed JSON or the TraceError of a row
+    that is not JSON) per request of a Mooncake file: JSON lines, or one JSON array."""
+    with _open(path) as handle:
+        head = handle.read(4096).lstrip()
+    if head.startswith("["):
+        with _open(path) as handle:
+            try:
+                rows = json.load(handle)
+            except json.JSONDecodeError as exc:
+                raise TraceError(
+                    f"{path}: starts with '[' but is not a JSON array ({exc.msg} at line "
+                    f"{exc.lineno}, char {exc.colno}); a Mooncake trace is JSON lines (one "
+                    "request object per line) or one JSON array of them") from None
+        for i, row in enumerate(rows, start=1):
+            yield "request", i, row
+        return
+    with _open(path) as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield "line", line, _bad(path, line, f"char {exc.colno}", f"not JSON ({exc.msg})")
+                continue
+            yield "line", line, row
+
+
 def load_mooncake(path: Path, *, skip_bad_rows: bool = False) -> Trace:
     arrivals: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
     hashes: list[IntArray] = []
     skipped = 0
-    with _open(path) as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                try:
-                    row = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise _bad(path, line, f"char {exc.colno}", f"not JSON ({exc.msg})") \
-                        from None
-                for key in ("timestamp", "input_length", "output_length"):
-                    if not isinstance(row.get(key), int | float) or isinstance(row[key], bool) \
-                            or row[key] < 0:
-                        raise _bad(path, line, key,
-                                   f"expected a non-negative number, got {row.get(key)!r}")
-                ids = row.get("hash_ids", [])
-                if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
-                    raise _bad(path, line, "hash_ids", "expected a list of integers")
-            except TraceError:
-                if not skip_bad_rows:
-                    raise
-                skipped += 1
-                continue
-            arrivals.append(row["timestamp"] / 1000.0)
-            prompts.append(int(row["input_length"]))
-            outputs.append(int(row["output_length"]))
-            hashes.append(np.asarray(ids, dtype=np.int64))
+    for where, number, row in _mooncake_rows(path):
+        try:
+            if isinstance(row, TraceError):
+                raise row
+            if not isinstance(row, dict):
+                raise _bad(path, number, "(row)", "expected a JSON object with timestamp, "
+                           f"input_length and output_length (one request), got "
+                           f"{type(row).__name__}", row=where)
+            values = {}
+            for key in ("timestamp", "input_length", "output_length"):
+                value = _finite(row.get(key))
+                if value is None or value < 0 or (key != "timestamp" and value > MAX_TOKENS):
+                    raise _bad(path, number, key, "expected a finite non-negative number, "
+                               f"got {row.get(key)!r}", row=where)
+                values[key] = value
+            ids = row.get("hash_ids", [])
+            if not isinstance(ids, list) or not all(
+                    isinstance(h, int) and not isinstance(h, bool) and -2**63 <= h < 2**63
+                    for h in ids):
+                raise _bad(path, number, "hash_ids", "expected a list of 64-bit integers",
+                           row=where)
+        except TraceError:
+            if not skip_bad_rows:
+                raise
+            skipped += 1
+            continue
+        arrivals.append(values["timestamp"] / 1000.0)
+        prompts.append(int(values["input_length"]))
+        outputs.append(int(values["output_length"]))
+        hashes.append(np.asarray(ids, dtype=np.int64))
     return _finish(path.name, arrivals, prompts, outputs, hashes, start=None, skipped=skipped,
                    path=path)
 
@@ -351,19 +425,25 @@ def _sample_lengths(q: tuple[float, float, float, float], n: int,
 
 
 def _servegen_rows(path: Path) -> list[tuple[float, float, str, float, float]]:
+    """The rate windows, each checked: a window is a client's load for ten minutes, so a bad
+    one is an error (--skip-bad-rows does not apply to ServeGen)."""
     rows = []
     for line, row in _csv_rows(path, ("client_id", "window_start_s", "rate_rps",
                                        "arrival_dist", "dist_param1", "dist_param2")):
-        try:
-            start = float(row["window_start_s"])
-            rate = float(row["rate_rps"])
-            p1 = float(row["dist_param1"] or 0)
-            p2 = float(row["dist_param2"] or 0)
-        except ValueError:
-            raise _bad(path, line, "rate_rps", "expected numbers") from None
+        numbers = []
+        for column, default in (("window_start_s", None), ("rate_rps", None),
+                                ("dist_param1", "0"), ("dist_param2", "0")):
+            text = row[column] or default
+            value = _finite(text)
+            if value is None or (value < 0 and column in ("window_start_s", "rate_rps")):
+                raise _bad(path, line, column, f"expected a finite non-negative number, got "
+                                               f"{row[column]!r}", skippable=False)
+            numbers.append(value)
+        start, rate, p1, p2 = numbers
         dist = row["arrival_dist"] or ""
         if dist not in ("", "Gamma", "Weibull"):
-            raise _bad(path, line, "arrival_dist", f"expected Gamma or Weibull, got {dist!r}")
+            raise _bad(path, line, "arrival_dist", f"expected Gamma or Weibull, got {dist!r}",
+                       skippable=False)
         rows.append((start, rate, dist, p1, p2))
     if not rows:
         raise TraceError(f"{path}: the trace has no rows")
@@ -429,6 +509,13 @@ def servegen_load_series(path: Path, *, lengths_path: Path | None = None,
                          bin_s: float = SERVEGEN_WINDOW_S) -> dict[str, Any]:
     """Aggregate request rate per window and length quantiles, without materialising
     requests (for the fluid simulator and for forecasting)."""
+    _check_file(path)
+    with _reading(path):
+        return _servegen_load_series(path, lengths_path=lengths_path, bin_s=bin_s)
+
+
+def _servegen_load_series(path: Path, *, lengths_path: Path | None,
+                          bin_s: float) -> dict[str, Any]:
     rows = _servegen_rows(path)
     starts = np.array([r[0] for r in rows])
     rates = np.array([r[1] for r in rows])
@@ -497,11 +584,8 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool 
         trace = synthetic_trace(seed=seed, duration_s=(duration_s or 3 * 3600) + start_s)
         return trace.window(start_s, duration_s or math.inf) if start_s else trace
     p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file; give a trace path or 'synthetic'")
-    if not p.is_file():
-        raise TraceError(f"{p}: a folder, not a trace file; give the file's path")
-    try:
+    _check_file(p)
+    with _reading(p):
         fmt = fmt or detect_format(p)
         if fmt not in FORMATS:
             raise TraceError(f"unknown trace format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -510,11 +594,6 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool 
         loader = {"azure": load_azure, "burstgpt": load_burstgpt,
                   "mooncake": load_mooncake}[fmt]
         trace = loader(p, skip_bad_rows=skip_bad_rows)
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error, csv.Error) as exc:
-        # A corrupt or truncated file (gzip.BadGzipFile is an OSError): say so, not a traceback.
-        raise TraceError(f"{p}: cannot be read as a trace ({type(exc).__name__}: {exc}); check "
-                         "that the file is complete (a truncated download?) and its format"
-                         ) from exc
     if start_s or duration_s is not None:
         trace = trace.window(start_s, duration_s if duration_s is not None else math.inf)
         if not len(trace):

@@ -20,9 +20,17 @@ from pdscale._cli._common import (
     out_ok,
     seed,
 )
+from pdscale._cli.simulate import held_interrupt, interrupted
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        return _demo(args)
+    except KeyboardInterrupt:
+        return interrupted(args.out, wrote=False)
+
+
+def _demo(args: argparse.Namespace) -> int:
     from alerts import alert_files
     from dashboards import dashboard_files
     from pdscale._io import OutputError, write_tree
@@ -63,21 +71,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     except (TraceError, ProfileError, KeyError, ValueError) as exc:
         err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return EXIT_BAD_INPUT
-    for bar in bars.values():
-        bar.close()
+    finally:  # end a bar's line before any message (Ctrl-C's included)
+        for bar in bars.values():
+            bar.close()
     files: dict[str, str | bytes] = {f"simulation/{k}": v
                                      for k, v in comparison_files(results).items()}
     files.update({f"alerts/{k}": v for k, v in alert_files(spec).items()})
     files.update({f"dashboards/{k}": v for k, v in dashboard_files(spec).items()})
-    try:
-        write_tree(Path(args.out), files)
-    except OutputError as exc:
-        err(str(exc))
-        return EXIT_FAILURE
-    print(comparison_table(results), end="")
-    print(f"\nwrote {args.out}/: simulation/comparison.md, simulation/plots/"
-          "gpu_hours_vs_attainment.png, simulation/plots/replicas_vs_load.png, per-policy "
-          "results in simulation/<policy>/, and the spec's alerts/ and dashboards/")
+    with held_interrupt() as caught:
+        try:
+            write_tree(Path(args.out), files)
+        except OutputError as exc:
+            err(str(exc))
+            return EXIT_FAILURE
+        print(comparison_table(results), end="")
+        print(f"\nwrote {args.out}/: simulation/comparison.md, simulation/plots/"
+              "gpu_hours_vs_attainment.png, simulation/plots/replicas_vs_load.png, per-policy "
+              "results in simulation/<policy>/, and the spec's alerts/ and dashboards/")
+    if caught:  # Ctrl-C came while writing: the output is whole
+        return interrupted(args.out, wrote=True)
     return EXIT_OK
 
 

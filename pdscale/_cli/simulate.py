@@ -4,9 +4,13 @@ production reconcile loop on a simulated clock), or serve it live."""
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdscale._cli._common import (
     EXIT_BAD_INPUT,
@@ -23,12 +27,106 @@ from pdscale._cli._common import (
     parse_failure,
     seed,
 )
-from pdscale.spec import Spec
+from pdscale.spec import Role, Spec
+
+if TYPE_CHECKING:
+    from simulator import Prepared
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, as a shell reports a command the signal ended."""
+
+
+def interrupted(out: str, *, wrote: bool) -> int:
+    """Report Ctrl-C in one line (no traceback) and return the exit code for it."""
+    print(f"pdscale: interrupted; {f'wrote {out} in full' if wrote else 'nothing written'}",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+@contextmanager
+def held_interrupt() -> Iterator[list[int]]:
+    """Hold Ctrl-C while the output is written and reported, so the folder is written whole
+    (``write_tree`` stages it and renames it into place, which an interrupt between the two
+    would leave half-done) and the message about it is true: yields a list that holds the
+    signal if one came, for the caller to report afterwards."""
+    import signal
+    import threading
+
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def port(text: str) -> int:
+    """An argparse type for a TCP port to listen on: 0 (any free) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got "
+                                         f"{text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535 (0: any "
+                                         f"free port), got {value}")
+    return value
+
+
+def failure(text: str) -> tuple[float, Role]:
+    """``--fail SECONDS:ROLE``: a finite, non-negative time (the end of the run is checked
+    once the trace is loaded)."""
+    when, role = parse_failure(text)
+    if not math.isfinite(when) or when < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected SECONDS:prefill or SECONDS:decode with SECONDS a finite number >= 0 "
+            f"(simulated seconds from the start of the replay), got {text!r}")
+    return when, role
+
+
+def failures_outside(failures: tuple[tuple[float, Role], ...], prepared: Prepared,
+                     duration_s: float | None) -> str | None:
+    """Why a ``--fail`` time falls outside the replay, or None. The replay spans
+    [0, --duration), or the trace's length without --duration; a failure after it would
+    extend the run with idle replicas and inflate its GPU-hours."""
+    if not failures:
+        return None
+    if duration_s is not None:
+        end, what = duration_s, "--duration"
+    elif prepared.trace is not None:
+        end, what = prepared.trace.span_s, "the trace's length"
+    else:
+        assert prepared.load is not None
+        end, what = prepared.load.steps * prepared.load.dt_s, "the trace's length"
+    late = [f"{when:g}:{role.value}" for when, role in failures if when >= end]
+    if not late:
+        return None
+    end_text = f"{end:.3f}".rstrip("0").rstrip(".")
+    return (f"--fail {', '.join(late)}: failure times must be within [0, {end_text}) seconds "
+            f"({what}); give a time inside the replay")
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        return _simulate(args)
+    except KeyboardInterrupt:
+        return interrupted(args.out, wrote=False)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     from pdscale._io import OutputError, write_tree
-    from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
+    from simulator import (
+        ProfileError,
+        SimOptions,
+        TraceError,
+        prepare,
+        result_files,
+        run_world,
+        world_for,
+    )
 
     spec = load_checked(args.spec)
     if spec is None:
@@ -43,30 +141,46 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                          prefix_hit=args.prefix_hit)
     if args.live:
         return _run_live(spec, options, args)
-    progress = Progress(f"simulating {args.policy}")
     try:
-        result, meta = simulate(spec, options, progress=progress)
+        prepared = prepare(spec, options)
     except (TraceError, ProfileError, KeyError, ValueError) as exc:
-        progress.close()
         err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return EXIT_BAD_INPUT
-    progress.close()
-    try:
-        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
-    except OutputError as exc:
-        err(str(exc))
-        return EXIT_FAILURE
-    s = result.summary
-    print(f"{meta['policy']} on {meta['trace']} ({meta['mode']} mode, service "
-          f"{meta['service']}): {s['requests']:,} requests in {s['wall_s']:.1f}s")
-    print(f"  SLO attainment {s['slo_attainment']:.2%} (TTFT {s['ttft_attainment']:.2%}, "
-          f"ITL {s['itl_attainment']:.2%}); TTFT p95 {fmt_s(s['ttft_p95_s'])}, "
-          f"ITL p95 {fmt_s(s['itl_p95_s'])}")
-    pools = s["pools"]
-    print(f"  GPU-hours {s['gpu_hours']:.2f} (prefill {pools['prefill']['gpu_hours']:.2f}, "
-          f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
-    print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
-          + ("" if args.no_plots else ", plots/"))
+    outside = failures_outside(options.failures, prepared, options.duration_s)
+    if outside:
+        err(outside)
+        return EXIT_BAD_INPUT
+    progress = Progress(f"simulating {args.policy}")
+    try:  # simulator.simulate, with the --fail check between preparing and running
+        result = run_world(world_for(prepared, options), prepared.policy, spec=prepared.spec,
+                           progress=progress, forecasts=prepared.forecasts)
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    finally:
+        progress.close()
+    result.summary.update(prepared.meta)
+    meta = prepared.meta
+    files = result_files(result, plots=not args.no_plots)
+    with held_interrupt() as caught:
+        try:
+            write_tree(Path(args.out), files)
+        except OutputError as exc:
+            err(str(exc))
+            return EXIT_FAILURE
+        s = result.summary
+        print(f"{meta['policy']} on {meta['trace']} ({meta['mode']} mode, service "
+              f"{meta['service']}): {s['requests']:,} requests in {s['wall_s']:.1f}s")
+        print(f"  SLO attainment {s['slo_attainment']:.2%} (TTFT {s['ttft_attainment']:.2%}, "
+              f"ITL {s['itl_attainment']:.2%}); TTFT p95 {fmt_s(s['ttft_p95_s'])}, "
+              f"ITL p95 {fmt_s(s['itl_p95_s'])}")
+        pools = s["pools"]
+        print(f"  GPU-hours {s['gpu_hours']:.2f} (prefill {pools['prefill']['gpu_hours']:.2f}, "
+              f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
+        print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
+              + ("" if args.no_plots else ", plots/"))
+    if caught:  # Ctrl-C came while writing: the output is whole
+        return interrupted(args.out, wrote=True)
     return EXIT_OK
 
 
@@ -74,6 +188,7 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from pdscale._cli.run import _port_busy
     from pdscale._io import OutputError, write_tree
     from simulator import (
         EventWorld,
@@ -88,10 +203,23 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     )
 
     assert isinstance(options, SimOptions)
+
+    def cannot_listen(why: str) -> int:
+        err(f"cannot listen on {args.host}:{args.port}: {why}; stop what holds the port or "
+            "pass --port with a free one (0: any free port)")
+        return EXIT_BAD_INPUT
+
+    busy = _port_busy(args.host, args.port)  # before the trace loads: fail at once
+    if busy:
+        return cannot_listen(busy)
     try:
         prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
     except (TraceError, ProfileError, KeyError, ValueError) as exc:
         err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    outside = failures_outside(options.failures, prepared, options.duration_s)
+    if outside:
+        err(outside)
         return EXIT_BAD_INPUT
     assert prepared.trace is not None
     service = spec.service(prepared.setup.service)
@@ -106,24 +234,37 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
         err(str(exc))
         return EXIT_BAD_INPUT
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # Ctrl-C or SIGTERM ends the run, whose results are then written (and a second Ctrl-C
+    # while they are cannot cut the write short); the handlers are put back on return.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    announced: list[int] = []
 
     def announce(port: int) -> None:
+        announced.append(port)
         print(f"live: http://127.0.0.1:{port}/metrics  POST /scale  GET /status "
               f"(x{args.speed:g} real time, {len(prepared.trace or [])} requests)", flush=True)
 
-    started = time.perf_counter()
-    serve_live(cluster, host=args.host, port=args.port, stop=stop, on_port=announce)
-    result = world.result(time.perf_counter() - started)
-    result.summary.update(prepared.meta)
-    result.summary["mode"] = "live"
     try:
-        write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
-    except OutputError as exc:
-        err(str(exc))
-        return EXIT_FAILURE
-    print(f"live run ended at {sim.now:.0f} simulated seconds; wrote {args.out}")
+        started = time.perf_counter()
+        try:
+            serve_live(cluster, host=args.host, port=args.port, stop=stop, on_port=announce)
+        except OSError as exc:
+            if announced:  # not the listening socket: a failure while running
+                raise
+            return cannot_listen(exc.strerror or str(exc))  # taken since the check above
+        result = world.result(time.perf_counter() - started)
+        result.summary.update(prepared.meta)
+        result.summary["mode"] = "live"
+        try:
+            write_tree(Path(args.out), result_files(result, plots=not args.no_plots))
+        except OutputError as exc:
+            err(str(exc))
+            return EXIT_FAILURE
+        print(f"live run ended at {sim.now:.0f} simulated seconds; wrote {args.out}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return EXIT_OK
 
 
@@ -160,8 +301,9 @@ def register(sub: Any) -> None:
     p.add_argument("--start", type=NON_NEGATIVE, default=0.0, help="seconds into the trace")
     p.add_argument("--duration", type=POSITIVE, help="seconds of the trace to replay")
     p.add_argument("--prefix-hit", type=FRACTION, help="fluid mode: assumed prefix hit rate")
-    p.add_argument("--fail", action="append", type=parse_failure, metavar="SECONDS:ROLE",
-                   help="lose a replica of ROLE at SECONDS (repeatable)")
+    p.add_argument("--fail", action="append", type=failure, metavar="SECONDS:ROLE",
+                   help="lose a replica of ROLE at SECONDS, from 0 up to (not including) "
+                        "--duration or the trace's length (repeatable)")
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",
@@ -171,6 +313,7 @@ def register(sub: Any) -> None:
     p.add_argument("--speed", type=POSITIVE, default=1.0,
                    help="live mode: simulated seconds per wall second (default 1)")
     p.add_argument("--host", default="127.0.0.1", help="live mode: listen address")
-    p.add_argument("--port", type=int, default=8400, help="live mode: port (0: any free)")
+    p.add_argument("--port", type=port, default=8400,
+                   help="live mode: port, 0 to 65535 (0: any free; default 8400)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_simulate)
