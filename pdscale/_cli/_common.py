@@ -6,12 +6,43 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pdscale.spec import Role, Spec, SpecError, SpecProblem, load_spec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, as a shell reports a command the signal ended."""
+
+
+def interrupted(out: str, *, wrote: bool) -> int:
+    """Report Ctrl-C in one line (no traceback) and return the exit code for it."""
+    print(f"pdscale: interrupted; {f'wrote {out} in full' if wrote else 'nothing written'}",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+@contextmanager
+def held_interrupt() -> Iterator[list[int]]:
+    """Hold Ctrl-C while the output is written and reported, so the folder is written whole
+    (``write_tree`` stages it and renames it into place, which an interrupt between the two
+    would leave half-done) and the message about it is true: yields a list that holds the
+    signal if one came, for the caller to report afterwards."""
+    import signal
+    import threading
+
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def err(message: str) -> None:

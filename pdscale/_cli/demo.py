@@ -16,11 +16,13 @@ from pdscale._cli._common import (
     POSITIVE,
     Progress,
     err,
+    example_spec,
+    held_interrupt,
+    interrupted,
     load_checked,
     out_ok,
     seed,
 )
-from pdscale._cli.simulate import held_interrupt, interrupted
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -43,6 +45,7 @@ def _demo(args: argparse.Namespace) -> int:
         comparison_table,
     )
 
+    args.spec = args.spec or example_spec("vllm.yaml")
     spec = load_checked(args.spec)
     if spec is None:
         return EXIT_BAD_INPUT
@@ -102,7 +105,8 @@ def register(sub: Any) -> None:
                     "mixes) through the first service of the spec under each policy, print a "
                     "comparison table (SLO attainment, GPU-hours, latency), and write it with "
                     "plots, per-policy results and the spec's alerts and dashboards into --out.")
-    p.add_argument("--spec", default="examples/vllm.yaml")
+    p.add_argument("--spec", help="the spec whose first service is replayed (default: the "
+                                  "shipped examples/vllm.yaml)")
     p.add_argument("--out", default="out")
     p.add_argument("--policies", default="static,reactive,pdscale",
                    help="comma-separated (static, reactive, dynamo, oracle, pdscale)")

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +19,8 @@ from pdscale._cli._common import (
     Progress,
     err,
     fmt_s,
+    held_interrupt,
+    interrupted,
     load_checked,
     out_ok,
     parse_failure,
@@ -31,37 +30,6 @@ from pdscale.spec import Role, Spec
 
 if TYPE_CHECKING:
     from simulator import Prepared
-
-EXIT_INTERRUPTED = 130
-"""Ctrl-C: 128 + SIGINT, as a shell reports a command the signal ended."""
-
-
-def interrupted(out: str, *, wrote: bool) -> int:
-    """Report Ctrl-C in one line (no traceback) and return the exit code for it."""
-    print(f"pdscale: interrupted; {f'wrote {out} in full' if wrote else 'nothing written'}",
-          file=sys.stderr)
-    return EXIT_INTERRUPTED
-
-
-@contextmanager
-def held_interrupt() -> Iterator[list[int]]:
-    """Hold Ctrl-C while the output is written and reported, so the folder is written whole
-    (``write_tree`` stages it and renames it into place, which an interrupt between the two
-    would leave half-done) and the message about it is true: yields a list that holds the
-    signal if one came, for the caller to report afterwards."""
-    import signal
-    import threading
-
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
 
 def port(text: str) -> int:
     """An argparse type for a TCP port to listen on: 0 (any free) to 65535."""
