@@ -243,7 +243,8 @@ def register(sub: Any) -> None:
                                    "pools (profiles and SLOs from the spec) under a scaling "
                                    "policy; writes summary.json, timeseries.csv, "
                                    "decisions.json and plots/ into --out.")
-    p.add_argument("--spec", required=True)
+    p.add_argument("--spec", required=True,
+                   help="the spec: profiles, SLOs and pool bounds of the service replayed")
     p.add_argument("--trace", default="synthetic", help="trace file or 'synthetic' (default)")
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"])
