@@ -189,7 +189,9 @@ class Controller:
         elect = c.leader_election.enabled if self.leader_election is None \
             else self.leader_election
         self.elector: LeaseElector | None = None
-        if elect and c.mode == "act" and self.api is not None:
+        # A dry run writes nothing, the Lease included: taking part in the election would
+        # make a laptop's `--dry-run` the leader and stand the cluster's controller by.
+        if elect and c.mode == "act" and not dry and self.api is not None:
             namespace = (c.leader_election.namespace or os.environ.get("POD_NAMESPACE")
                          or "pdscale-system")
             self.elector = LeaseElector(self.api, namespace, c.leader_election.lease_name,

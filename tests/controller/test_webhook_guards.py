@@ -292,3 +292,27 @@ def test_an_error_while_acting_is_a_failure_retried_on_the_next_delivery(env: En
     assert (repeat["queued"], repeat["duplicates"]) == (1, 0)
     receiver.drain_queue()  # same instant: no cooldown left over from the failure
     assert receiver.records[-1].outcome == "applied"
+
+
+def test_a_dry_run_takes_no_part_in_the_election(tmp_path: Path) -> None:
+    """`pdscale run --kubeconfig ... --dry-run` from a laptop used to take the cluster's Lease
+    (renewing it is a write) and stand the in-cluster controller by: nothing scaled."""
+    spec = make_spec(tmp_path)
+    state = ApiState()
+    state.add("llm", "deployments", "chat-prefill", 2)
+    state.add("llm", "deployments", "chat-decode", 2)
+    with api_standin(state) as url:
+        config = k8s.Configuration(host=url)
+        config.retries = False
+        with k8s.ApiClient(config) as api:
+            laptop = Controller(spec, api, reader_from_spec(spec), identity="laptop",
+                                dry_run=True, leader_election=True)
+            cluster = Controller(spec, api, reader_from_spec(spec), identity="pdscale-0",
+                                 leader_election=True)
+            assert laptop.elector is None and laptop.lease_step()  # decides and records
+            assert not state.leases
+            assert cluster.lease_step()
+            assert [lease["spec"]["holderIdentity"] for lease in state.leases.values()] == [
+                "pdscale-0"]
+            laptop.reconciler.close()
+            cluster.reconciler.close()
