@@ -12,6 +12,9 @@ in-cluster controller apply them the same way (:class:`ConstrainedPolicy`).
   ``priority x (1 + SLO deficit) x share of its request still unmet``, where the SLO deficit is
   how far its observed latency p95 is over the SLO (0 when within). A pool never gets more
   than it asked for, so the sum always fits the budget (the spec checks that the minimums do).
+  A pool whose replicas could not be read this tick (its scale target's API call failed) still
+  holds GPUs: they are counted as last seen, or at its max_replicas if never seen
+  (:func:`unread_pools_gpus`), and a degraded pool keeps the replicas it has.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from controller._interface import Cause, Observation, Policy, PoolDecision, PoolKey
+from controller._interface import (
+    Cause,
+    Observation,
+    Policy,
+    PoolDecision,
+    PoolKey,
+    PoolObservation,
+)
 from pdscale.spec import Role, Spec
 from telemetry import Signal
 
@@ -38,6 +48,9 @@ class Constraints:
     slo_s: Mapping[PoolKey, float]
     ratio: Mapping[str, tuple[float | None, float | None]]
     """Service -> (min, max) prefill:decode replicas."""
+    max_gpus: Mapping[PoolKey, int] = field(default_factory=dict)
+    """Every pool the budget covers -> the GPUs it holds at its max_replicas (what a pool
+    never read is assumed to hold)."""
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Constraints:
@@ -47,7 +60,9 @@ class Constraints:
             slo_s={**{(s.name, Role.PREFILL): s.slo.ttft_p95_s for s in spec.services},
                    **{(s.name, Role.DECODE): s.slo.itl_p95_s for s in spec.services}},
             ratio={s.name: (s.pd_ratio.min, s.pd_ratio.max) for s in spec.services
-                   if s.pd_ratio is not None})
+                   if s.pd_ratio is not None},
+            max_gpus={(s.name, role): p.max_replicas * p.gpus_per_replica
+                      for s in spec.services for role, p in s.pools.items()})
 
 
 def _with(decision: PoolDecision, replicas: int, cause: Cause, reason: str,
@@ -97,18 +112,31 @@ def _deficit(key: PoolKey, observation: Observation, constraints: Constraints) -
     return max(0.0, latency / slo - 1.0)
 
 
+def _held(pool: PoolObservation) -> int:
+    """The replicas the budget must leave a pool: its minimum, or, while its data is
+    degraded, what it has (``hold_degraded``)."""
+    r = pool.replicas
+    return max(r.min_replicas, r.desired, r.active) if pool.degraded is not None \
+        else r.min_replicas
+
+
 def _apply_budget(decisions: dict[PoolKey, PoolDecision], observation: Observation,
-                  constraints: Constraints) -> None:
+                  constraints: Constraints, reserved_gpus: int = 0) -> None:
     budget = constraints.gpu_budget
     if budget is None or not decisions:
         return
     gpus = {k: observation.pools[k].replicas.gpus_per_replica for k in decisions}
     asked = {k: d.desired_replicas for k, d in decisions.items()}
-    if sum(asked[k] * gpus[k] for k in decisions) <= budget:
+    # Pools without a decision this tick (their replicas unread) keep what they hold.
+    available = budget - reserved_gpus
+    if sum(asked[k] * gpus[k] for k in decisions) <= available:
         return
-    floor = {k: min(asked[k], observation.pools[k].replicas.min_replicas) for k in decisions}
+    # Every pool first gets its minimum; a degraded pool keeps the replicas it has (its
+    # signals cannot say it needs fewer, and it is never scaled down), growing only within
+    # the budget like the others.
+    floor = {k: min(asked[k], _held(observation.pools[k])) for k in decisions}
     granted = dict(floor)
-    left = budget - sum(granted[k] * gpus[k] for k in decisions)
+    left = available - sum(granted[k] * gpus[k] for k in decisions)
     weight = {k: constraints.priority.get(k[0], 1.0) *
               (1.0 + _deficit(k, observation, constraints)) for k in decisions}
 
@@ -130,18 +158,41 @@ def _apply_budget(decisions: dict[PoolKey, PoolDecision], observation: Observati
         if granted[k] < asked[k]:
             decisions[k] = _with(
                 d, granted[k], Cause.BUDGET,
-                f"budget: {budget} GPUs shared; granted {granted[k]} of {asked[k]} replicas "
+                f"budget: {budget} GPUs shared"
+                + (f" ({reserved_gpus} held by pools not read this tick)" if reserved_gpus
+                   else "") + f"; granted {granted[k]} of {asked[k]} replicas "
                 f"(priority {constraints.priority.get(k[0], 1.0):g}, SLO deficit "
                 f"{_deficit(k, observation, constraints):.2f})",
                 budget_gpus=budget, budget_asked=asked[k])
 
 
 def apply_constraints(decisions: Mapping[PoolKey, PoolDecision], observation: Observation,
-                      constraints: Constraints) -> dict[PoolKey, PoolDecision]:
+                      constraints: Constraints, reserved_gpus: int = 0
+                      ) -> dict[PoolKey, PoolDecision]:
+    """The decisions within the ratio bounds and the GPU budget; ``reserved_gpus``: GPUs held
+    by pools the budget covers that have no decision this tick (see
+    :func:`unread_pools_gpus`)."""
     out = dict(decisions)
     _apply_ratio(out, observation, constraints)
-    _apply_budget(out, observation, constraints)
+    _apply_budget(out, observation, constraints, reserved_gpus)
     return out
+
+
+def unread_pools_gpus(decisions: Mapping[PoolKey, PoolDecision], observation: Observation,
+                      constraints: Constraints, last_gpus: Mapping[PoolKey, int]) -> int:
+    """GPUs held by the budget's pools that have no decision this tick: as observed, else as
+    last seen (``last_gpus``), else at their max_replicas (never read: assume the most)."""
+    total = 0
+    for key, most in constraints.max_gpus.items():
+        if key in decisions:
+            continue
+        pool = observation.pools.get(key)
+        if pool is not None:
+            r = pool.replicas
+            total += max(r.desired, r.active + r.draining) * r.gpus_per_replica
+        else:
+            total += last_gpus.get(key, most)
+    return total
 
 
 class ConstrainedPolicy:

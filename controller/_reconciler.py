@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from controller._constraints import Constraints, apply_constraints
+from controller._constraints import Constraints, apply_constraints, unread_pools_gpus
 from controller._drain import Drainer
 from controller._interface import (
     Actuator,
@@ -274,6 +274,8 @@ class Reconciler:
         self.overrides = overrides or Overrides()
         self.drainer = drainer
         """Reaches lower counts by draining the chosen replicas first (controller.drain)."""
+        self._last_gpus: dict[PoolKey, int] = {}
+        """GPUs each pool held when last read (the budget counts them while a pool is not)."""
         self.decisions: deque[DecisionRecord] = deque(maxlen=history)
         self.errors: deque[AdapterError] = deque(maxlen=200)
         self.last: dict[PoolKey, DecisionRecord] = {}
@@ -364,7 +366,13 @@ class Reconciler:
                     decisions = {}
                 hold_degraded(decisions, obs)
                 self.overrides.apply(decisions, obs)
-                decisions = apply_constraints(decisions, obs, self.constraints)
+                for key, pool in obs.pools.items():
+                    r = pool.replicas
+                    self._last_gpus[key] = max(r.desired, r.active + r.draining) * \
+                        r.gpus_per_replica
+                decisions = apply_constraints(
+                    decisions, obs, self.constraints,
+                    unread_pools_gpus(decisions, obs, self.constraints, self._last_gpus))
             with tracer.start_as_current_span("act"):
                 leader = self.is_leader()
                 if not leader and self.drainer is not None:

@@ -118,3 +118,120 @@ services:
     with pytest.raises(SpecError) as info:
         parse_spec(text_ok_ratio)
     assert "gpu_budget" in str(info.value) and "4 GPUs" in str(info.value)
+
+
+def _degraded(obs: Observation, key: PoolKey, desired: int) -> Observation:
+    from dataclasses import replace
+
+    pool = obs.pools[key]
+    pools = dict(obs.pools)
+    pools[key] = replace(pool, replicas=replace(pool.replicas, desired=desired, ready=desired),
+                         degraded="2 of 2 scrape targets down")
+    return Observation(obs.now_s, pools)
+
+
+def test_pools_not_read_this_tick_keep_their_gpus_in_the_budget() -> None:
+    """A 503 on one service's scale targets left its pools out of the budget's sum: another
+    pool was granted their GPUs (11 allocated against a budget of 8)."""
+    from controller._constraints import unread_pools_gpus
+
+    a, b = ("a", Role.PREFILL), ("a", Role.DECODE)
+    c, d = ("b", Role.PREFILL), ("b", Role.DECODE)
+    constraints = Constraints(8, {}, {k: 0.5 for k in (a, b, c, d)}, {},
+                              max_gpus={a: 8, b: 8, c: 8, d: 8})
+    obs = _obs({c: (1, 8, 1, None), d: (1, 8, 1, None)})  # service a unread
+    decisions = {c: PoolDecision(1), d: PoolDecision(6)}
+    held = unread_pools_gpus(decisions, obs, constraints, {a: 2, b: 2})
+    assert held == 4
+    out = apply_constraints(decisions, obs, constraints, held)
+    assert out[d].desired_replicas == 3 and out[c].desired_replicas == 1  # 4 + 1 + 3 = 8
+    assert "4 held by pools not read this tick" in out[d].reasons[-1]
+    # Never read at all: assumed at its max, so nothing grows past the minimums.
+    assert unread_pools_gpus(decisions, obs, constraints, {}) == 16
+    # Read but without a decision: as observed.
+    assert unread_pools_gpus({c: PoolDecision(1)}, obs, constraints, {a: 2, b: 2}) == 5
+
+
+def test_the_budget_never_cuts_a_degraded_pool() -> None:
+    """A pool whose targets are down is never scaled down (hold_degraded); the budget cut it
+    to its minimum to grow another pool."""
+    p, d = ("s", Role.PREFILL), ("s", Role.DECODE)
+    constraints = Constraints(6, {}, {p: 0.5, d: 0.5}, {})
+    obs = _degraded(_obs({p: (1, 8, 1, None), d: (1, 8, 1, 1.0)}), p, 3)
+    out = apply_constraints({p: PoolDecision(3), d: PoolDecision(6)}, obs, constraints)
+    assert out[p].desired_replicas == 3 and out[d].desired_replicas == 3
+    # Its growth is still bounded by the budget.
+    out = apply_constraints({p: PoolDecision(8), d: PoolDecision(1)}, obs, constraints)
+    assert out[p].desired_replicas == 5
+
+
+BUDGET_SPEC = """
+version: 1
+gpu_budget: 8
+services:
+  - name: a
+    namespace: ns-a
+    engine: vllm
+    model_name: llama
+    slo: {ttft_p95_s: 0.5, itl_p95_s: 0.05}
+    pools:
+      prefill: {target: {name: a-prefill}, min_replicas: 1, max_replicas: 8}
+      decode: {target: {name: a-decode}, min_replicas: 1, max_replicas: 8}
+  - name: b
+    namespace: ns-b
+    engine: vllm
+    model_name: llama
+    slo: {ttft_p95_s: 0.5, itl_p95_s: 0.05}
+    pools:
+      prefill: {target: {name: b-prefill}, min_replicas: 1, max_replicas: 8}
+      decode: {target: {name: b-decode}, min_replicas: 1, max_replicas: 8}
+"""
+
+
+def test_the_reconciler_keeps_the_budget_when_a_services_targets_cannot_be_read() -> None:
+    """Through the controller's loop against the Kubernetes API stand-in: the LIST of one
+    service's Deployments answers 503 for a tick while another pool asks for 6."""
+    from kubernetes import client as k8s
+
+    from controller._cluster import ClusterSource
+    from controller._kube import KubeScaleActuator, ScaleRef
+    from controller._reconciler import Reconciler
+    from telemetry import ControllerTelemetry
+    from tests.controller.kube_standin import ApiState, api_standin
+    from tests.controller.memory_cluster import ManualClock
+
+    spec = parse_spec(BUDGET_SPEC)
+
+    class NoData:
+        stale_after_s = 120.0
+
+        def read(self, *_: object, **__: object) -> dict[PoolKey, object]:
+            return {}
+
+    class Wants6:
+        name = "wants-6"
+
+        def decide(self, obs: Observation) -> dict[PoolKey, PoolDecision]:
+            return {k: PoolDecision(6 if k == ("b", Role.DECODE) else p.replicas.desired)
+                    for k, p in obs.pools.items()}
+
+    state = ApiState()
+    for ns, name in (("ns-a", "a-prefill"), ("ns-a", "a-decode"), ("ns-b", "b-prefill"),
+                     ("ns-b", "b-decode")):
+        state.add(ns, "deployments", name, 2)
+    with api_standin(state) as url:
+        config = k8s.Configuration(host=url)
+        config.retries = False
+        with k8s.ApiClient(config) as api:
+            targets = {(s.name, r): ScaleRef(s.namespace, p.target)
+                       for s in spec.services for r, p in s.pools.items()}
+            kube = KubeScaleActuator(api, targets)
+            rec = Reconciler(Wants6(), ClusterSource(spec, NoData(), kube), kube,
+                             ManualClock(), constraints=Constraints.from_spec(spec),
+                             telemetry=ControllerTelemetry(spec))
+            rec.tick()
+            state.fail_next = 1  # ns-a's LIST answers 503
+            report = rec.tick()
+            assert {e.adapter for e in report.errors} == {"kubernetes"}
+            rec.close()
+    assert sum(o["replicas"] for o in state.objects.values()) <= 8
