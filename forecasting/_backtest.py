@@ -11,7 +11,7 @@ usual scale), pinball loss per quantile, and the empirical coverage of the upper
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,10 @@ def _label(steps: int, resolution_s: float) -> str:
 
 def backtest(series: RegularSeries, models: Mapping[str, _Forecaster], *,
              horizons_s: Sequence[float], train_steps: int, season_steps: int,
-             origin_stride: int = 1, refit_every: int | None = None) -> BacktestResult:
+             origin_stride: int = 1, refit_every: int | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> BacktestResult:
+    """Score each model; ``progress(name, done, total)`` is called before each model is
+    fitted (``done`` models of ``total`` finished), for a caller that shows progress."""
     res = series.resolution_s
     for h in horizons_s:
         if h < res:
@@ -79,7 +82,9 @@ def backtest(series: RegularSeries, models: Mapping[str, _Forecaster], *,
     forecasts: dict[str, FloatArray] = {}
     fit_s: dict[str, float] = {}
     predict_ms: dict[str, float] = {}
-    for name, model in models.items():
+    for done, (name, model) in enumerate(models.items()):
+        if progress is not None:
+            progress(name, done, len(models))
         started = time.perf_counter()
         model.fit(times[:train_steps, None], train)
         fit_s[name] = time.perf_counter() - started

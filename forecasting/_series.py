@@ -57,7 +57,7 @@ def regularize(times_s: Sequence[float] | FloatArray, values: Sequence[float] | 
     """Bin (time, value) observations onto a grid (the mean of each step's observations)."""
     t = np.asarray(times_s, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
-    if resolution_s <= 0:
+    if not resolution_s > 0:  # NaN too
         raise SeriesError(f"resolution must be positive, got {resolution_s!r}")
     if t.shape != v.shape or t.ndim != 1:
         raise SeriesError(f"times and values must be 1-D and the same length; got {t.shape} and "
@@ -90,7 +90,8 @@ def regularize(times_s: Sequence[float] | FloatArray, values: Sequence[float] | 
     if filled:
         notes.append(f"{filled} missing step(s) filled by interpolation")
     if missing:
-        notes.append(f"{missing} step(s) left missing (gaps longer than {max_fill} steps)")
+        notes.append(f"{missing} of {n} step(s) ({missing / n:.1%}) left missing (gaps longer "
+                     f"than {max_fill} steps)")
     return RegularSeries(start, float(resolution_s), out, filled, missing, tuple(notes))
 
 
@@ -123,6 +124,8 @@ def series_from_requests(arrival_s: FloatArray, prompt_tokens: FloatArray,
     Steps without requests have a rate of zero (a real quiet period) and missing mean lengths.
     """
     a = np.asarray(arrival_s, dtype=np.float64)
+    if not resolution_s > 0:
+        raise SeriesError(f"resolution must be positive, got {resolution_s!r}")
     if len(a) == 0:
         raise SeriesError("no requests: the trace is empty")
     if np.any(np.diff(a) < 0):
