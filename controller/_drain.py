@@ -216,8 +216,20 @@ class Drainer:
                 (not self.enabled and self._cleanup_off)
         if quiet and (target >= current or not self.enabled):
             return self._plain(key, target, current=current, reasons=reasons)
-        replicas = self.backend.pool_replicas(key)
-        config = self.config(key)
+        try:
+            replicas = self.backend.pool_replicas(key)
+            config = self.config(key)
+        except Exception as exc:
+            if target <= current:
+                raise  # nothing to drain safely, or to take back, without the pods
+            # A scale-up does not wait for the pods (a throttled LIST would hold it a tick);
+            # drains are taken back, and the scan done, on the next tick that reads them.
+            step = self._plain(key, target, current=current, reasons=reasons)
+            with self._lock:
+                self._scanned.discard(key)
+            return DrainStep(step.outcome, (
+                f"drain: the pool's pods could not be read ({type(exc).__name__}: {exc}); "
+                "scaled up without them, drains are taken back on a later tick",))
         plan_target = target if self.enabled else max(target, current)
         busy = any(r.draining_since_s is not None for r in replicas)
         work: Mapping[str, PodWork] = {}
@@ -229,7 +241,8 @@ class Drainer:
                     self.on_error(key, exc)
         plan = plan_drain(role=key[1], current=current, target=plan_target,
                           replicas=replicas, work=work, now_s=now_s, config=config)
-        notes = self._apply(key, plan, config, reasons=reasons, now_s=now_s)
+        notes = self._apply(key, plan, config, reasons=reasons, now_s=now_s,
+                            pods={r.name for r in replicas})
         with self._lock:
             self._scanned.add(key)
         outcome: Literal["applied", "draining", "unchanged"]
@@ -257,7 +270,8 @@ class Drainer:
         return DrainStep("applied")
 
     def _apply(self, key: PoolKey, plan: DrainPlan, config: DrainConfig, *,
-               reasons: Sequence[str], now_s: float) -> list[str]:
+               reasons: Sequence[str], now_s: float, pods: set[str] | None = None
+               ) -> list[str]:
         notes: list[str] = []
         with self._lock:
             known = dict(self._active.get(key, {}))
@@ -293,6 +307,14 @@ class Drainer:
                 k = known.setdefault(p.name, _Known(p.since_s, "found draining (read from the "
                                                     "pod: an earlier leader started it)"))
                 k.work = p.work
+            # A draining pod someone else deleted (kubectl delete pod) is no drain any more.
+            for name in [n for n in known if pods is not None and n not in pods]:
+                k = known.pop(name)
+                f = DrainOutcome(name, "gone", k.since_s, now_s - k.since_s, k.work,
+                                 "no longer in the pool: deleted while draining, not by "
+                                 "pdscale")
+                self._finish(key, f, now_s)
+                notes.append(f"drain: {name} {f.why}")
         else:
             # Marking was removing: a victim is finished once its process is gone.
             present = {p.name for p in plan.in_progress} | {v.name for v in plan.stop_routing}

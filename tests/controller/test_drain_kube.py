@@ -237,6 +237,41 @@ def test_a_scale_up_during_a_drain_takes_the_draining_replica_back_first(env: En
     assert _metric(env, "pdscale_drain_replicas", pdscale_pool="decode") == 0
 
 
+def test_a_scale_up_goes_through_when_the_pods_cannot_be_read(env: Env) -> None:
+    """One throttled pod LIST (429) during a drain used to fail the whole step: no /scale
+    write that tick while the load spiked. The scale-up is written; the drained pod is taken
+    back on the next tick that reads the pods."""
+    a, b, c = _deployment(env)
+    for pod, running in ((a, 4), (b, 1), (c, 6)):
+        env.work.set(pod, running, T0 - 5)
+    drainer = env.drainer()
+    assert drainer.reach(D, 2, current=3, reasons=[], now_s=T0).outcome == "draining"
+    env.state.throttle = 1
+    step = drainer.reach(D, 6, current=3, reasons=["spike"], now_s=T0 + 15)
+    assert step.outcome == "applied" and "could not be read" in step.notes[0]
+    assert env.state.objects[("llm", "deployments", "chat-decode")]["replicas"] == 6
+    drainer.reach(D, 6, current=6, reasons=[], now_s=T0 + 30)
+    assert env.pod(b)["labels"][LABEL] == "true"
+
+
+def test_a_draining_pod_deleted_by_someone_else_ends_its_drain(env: Env) -> None:
+    """kubectl delete pod on a draining replica left a phantom drain: /v1/status listed it
+    and pdscale_drain_replicas stayed 1 for good."""
+    a, b, c = _deployment(env)
+    for pod, running in ((a, 4), (b, 1), (c, 6)):
+        env.work.set(pod, running, T0 - 5)
+    drainer = env.drainer()
+    drainer.reach(D, 2, current=3, reasons=[], now_s=T0)
+    assert _metric(env, "pdscale_drain_replicas", pdscale_pool="decode") == 1
+    env.state._delete("llm", b)
+    env.state._converge(("llm", "deployments", "chat-decode"))
+    step = drainer.reach(D, 3, current=3, reasons=[], now_s=T0 + 30)
+    assert any(f"{b} no longer in the pool" in n for n in step.notes)
+    assert drainer.snapshot(T0 + 60)["in_progress"] == {}
+    assert _metric(env, "pdscale_drain_replicas", pdscale_pool="decode") == 0
+    assert drainer.records[-1]["outcome"] == "gone"
+
+
 def test_pod_patches_retry_409_conflicts_and_redecide_on_what_they_read(env: Env) -> None:
     a, b = _deployment(env, 2)
     env.work.set(a, 3, T0)
