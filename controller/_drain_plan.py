@@ -5,7 +5,7 @@ Replicas, their work, ``now`` and the settings in; what to do out. No I/O, no cl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pdscale.spec import Role
@@ -60,6 +60,9 @@ class DrainConfig:
     removal: Removal = "chosen"
     reversible: bool = True
     """The mark can be undone (a label); False: marking is removing (SIGTERM)."""
+    leftover_marks: bool = False
+    """The backend sets no mark of its own (Kubernetes with ``stop_routing: false``): a pod
+    found marked draining is an earlier configuration's drain, taken back into routing."""
 
     @property
     def abandon_after_s(self) -> float:
@@ -217,8 +220,26 @@ def plan_drain(*, role: Role, current: int, target: int, replicas: Sequence[Repl
     """What to do this tick to bring a pool from ``current`` replicas (its count now) to
     ``target`` without dropping work (see the module docstring). Pure."""
     if not config.reversible:
-        return _plan_irreversible(current=current, target=target, replicas=replicas,
-                                  work=work, now_s=now_s, removal=config.removal)
+        leftovers = [r for r in replicas if config.leftover_marks and
+                     r.draining_since_s is not None]
+        if not leftovers:
+            return _plan_irreversible(current=current, target=target, replicas=replicas,
+                                      work=work, now_s=now_s, removal=config.removal)
+        # Marked by a configuration that stopped routing (it would wait for an idle pod
+        # forever here): back into routing, then planned as any other replica.
+        why = ("back into routing: an earlier configuration's drain (this one removes "
+               "without a routing mark)")
+        taken = tuple(DrainOutcome(r.name, "taken_back", r.draining_since_s,
+                                   now_s - (r.draining_since_s or now_s), work.get(r.name), why)
+                      for r in leftovers)
+        plan = _plan_irreversible(
+            current=current, target=target,
+            replicas=[replace(r, draining_since_s=None, routed=True)
+                      if r in leftovers else r for r in replicas],
+            work=work, now_s=now_s, removal=config.removal)
+        return replace(plan, resume_routing=(*((r.name, why) for r in leftovers),
+                                             *plan.resume_routing),
+                       finished=(*taken, *plan.finished))
     draining = [r for r in replicas if r.draining_since_s is not None]
     finished: list[DrainOutcome] = []
     resume: list[tuple[str, str]] = []

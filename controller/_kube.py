@@ -410,7 +410,8 @@ class KubeDrainBackend:
         ordinal = target.kind in ("StatefulSet", "LeaderWorkerSet")
         return DrainConfig(timeout_s=timeout_s, settle_s=settle_s,
                            removal="highest_ordinal" if ordinal else "chosen",
-                           reversible=self.routing_mark)
+                           reversible=self.routing_mark,
+                           leftover_marks=not self.routing_mark)
 
     def _check_selector(self, key: PoolKey) -> None:
         """A workload whose selector requires the serving label would disown a drained pod

@@ -416,6 +416,29 @@ def test_without_pod_rights_scale_ups_go_through_and_scale_downs_wait(env: Env) 
     assert any("deploy/scale-down-drain" in e.message for e in report.errors)
 
 
+@pytest.mark.parametrize("enabled", [True, False], ids=["drains-on", "drains-off"])
+def test_a_drain_left_by_a_routing_mark_is_taken_back_without_one(env: Env,
+                                                                   enabled: bool) -> None:
+    """After a restart with controller.drain.stop_routing: false (the README's advice for
+    Dynamo), a pod an earlier configuration had taken out of routing stayed out for good:
+    the path without a mark read its annotation as a drain in progress."""
+    a, b, c = _deployment(env)
+    for pod, running in ((a, 4), (b, 1), (c, 6)):
+        env.work.set(pod, running, T0 - 5)
+    env.drainer().reach(D, 2, current=3, reasons=[], now_s=T0)
+    assert env.pod(b)["labels"][LABEL] == "drained"
+    backend = KubeDrainBackend(
+        KubeScaleActuator(env.api, {D: ScaleRef("llm", ScaleTarget(name="chat-decode"))}),
+        {D: "chat-decode-.*"}, routing_mark=False)
+    unmarked = Drainer(backend, env.work, timeout_s=300, settle_s=10,
+                       telemetry=env.telemetry, enabled=enabled)
+    step = unmarked.reach(D, 3, current=3, reasons=[], now_s=T0 + 3600)
+    assert env.pod(b)["labels"][LABEL] == "true"
+    assert "pdscale.io/draining-since" not in (env.pod(b).get("annotations") or {})
+    assert step.detail["drain"]["taken_back"] == [b]
+    assert unmarked.snapshot(T0 + 3600)["in_progress"] == {}
+
+
 def test_with_drains_off_a_drain_left_on_a_pod_is_taken_back(env: Env) -> None:
     a, b = _deployment(env, 2)
     env.drainer().reach(D, 1, current=2, reasons=[], now_s=T0)
