@@ -378,7 +378,13 @@ class Reconciler:
                 if not leader and self.drainer is not None:
                     self.drainer.standby()
                 for key in sorted(decisions, key=str):
+                    # Asked again before each pool: acting on one can take seconds (pod reads,
+                    # per-pod work, conflict retries), and a lease lost meanwhile must stop
+                    # the writes before the next leader makes its own.
+                    leader = leader and self.is_leader()
                     records[key] = self._act(key, decisions[key], obs, leader, now, errors)
+                if not leader and self.drainer is not None:
+                    self.drainer.standby()
             with tracer.start_as_current_span("refit-schedule"):
                 self._schedule_refits(now)
             span.set_attribute("pdscale.pools", len(decisions))

@@ -139,6 +139,20 @@ def test_only_an_acting_leader_writes(leader: bool, mode: str, dry_run: bool,
     assert "pdscale_desired_replicas{" in metrics  # recommendation mode exports this
 
 
+def test_a_lease_lost_during_the_act_stops_the_writes_at_once() -> None:
+    """Leadership was read once a tick, before every pool's writes: a lease lost while one
+    pool's act took seconds left the old leader writing the next pools after the standby had
+    taken over."""
+    rec, cluster, _ = _reconciler(_spec())
+    answers = iter([True, True, False, False, False, False])
+    rec.is_leader = lambda: next(answers, False)
+    _load(cluster, 200_000, 30_000)
+    report = rec.tick()
+    outcomes = [report.decisions[k].outcome for k in sorted(report.decisions, key=str)]
+    assert outcomes[0] == "applied" and set(outcomes[1:]) == {"standby"}
+    assert len(cluster.writes) == 1
+
+
 def test_alert_floor_and_hold_then_release() -> None:
     rec, cluster, clock = _reconciler(_spec())
     _load(cluster, 1_000, 100)
