@@ -67,8 +67,15 @@ class ScaleRef:
 
     @property
     def plural(self) -> str:
+        """The resource's plural as Kubernetes derives it from the kind (and as CRDs name
+        theirs by convention): lower case, -y after a consonant to -ies, -s/-x/-z/-ch/-sh
+        plus -es (a ...Policy's is ...policies, not ...policys)."""
         kind = self.target.kind.lower()
-        return kind + ("es" if kind.endswith("s") else "s")
+        if kind.endswith("y") and len(kind) > 1 and kind[-2] not in "aeiou":
+            return kind[:-1] + "ies"
+        if kind.endswith(("s", "x", "z", "ch", "sh")):
+            return kind + "es"
+        return kind + "s"
 
     def describe(self) -> str:
         return f"{self.target.kind} {self.namespace}/{self.target.name}"
@@ -347,8 +354,9 @@ class KubePodLabeler:
 
 
 def _not_found(ref: ScaleRef) -> KubeRejected:
-    return KubeRejected(f"{ref.describe()} was not found: check pools.*.target in the spec and "
-                        "that the object exists")
+    return KubeRejected(f"{ref.describe()} was not found: check pools.*.target in the spec, "
+                        "that the object exists, and, for a custom resource, that its CRD "
+                        "declares the scale subresource (subresources.scale)")
 
 
 def _get(obj: Any, name: str) -> Any:

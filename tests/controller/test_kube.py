@@ -113,3 +113,30 @@ def test_one_list_per_namespace_and_kind(setup: tuple[ApiState, KubeScaleActuato
     state.forbidden_namespaces.add("llm")
     denied = actuator.read_statuses(list(KEYS))[("chat", Role.PREFILL)]
     assert isinstance(denied, KubeRejected) and "RBAC" in str(denied)
+
+
+@pytest.mark.parametrize(("kind", "plural"), [
+    ("Deployment", "deployments"), ("StatefulSet", "statefulsets"),
+    ("LeaderWorkerSet", "leaderworkersets"),
+    ("DynamoGraphDeploymentScalingAdapter", "dynamographdeploymentscalingadapters"),
+    ("InferencePolicy", "inferencepolicies"), ("Gateway", "gateways"),
+    ("InferencePool", "inferencepools"), ("Ingress", "ingresses"), ("Mesh", "meshes"),
+    ("Box", "boxes")])
+def test_plurals_follow_the_kubernetes_convention(kind: str, plural: str) -> None:
+    """A ...Policy kind became ...policys (a 404 on every scale call)."""
+    assert ScaleRef("ns", ScaleTarget(api_version="x.io/v1", kind=kind, name="n")).plural == \
+        plural
+
+
+def test_a_custom_resource_policy_kind_scales(tmp_path: object) -> None:
+    state = ApiState()
+    state.add("llm", "inferencepolicies", "pool-a", 1)
+    key = ("p", Role.PREFILL)
+    with api_standin(state) as url:
+        config = k8s.Configuration(host=url)
+        config.retries = False
+        with k8s.ApiClient(config) as api:
+            actuator = KubeScaleActuator(api, {key: ScaleRef("llm", ScaleTarget(
+                api_version="example.io/v1", kind="InferencePolicy", name="pool-a"))})
+            actuator.set_replicas(key, 3, ["test"])
+    assert state.objects[("llm", "inferencepolicies", "pool-a")]["replicas"] == 3
