@@ -413,7 +413,7 @@ def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
         "backtest.json": json.dumps(report, indent=2, sort_keys=True) + "\n"}
     if not args.no_plots:
         progress("plotting")
-        files["forecast.png"] = _backtest_plot(series, result)
+        files["forecast.png"] = _backtest_plot(series, result, quantiles)
     try:
         write_tree(Path(args.out), files)
     except OutputError as exc:
@@ -423,7 +423,7 @@ def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _backtest_plot(series: object, result: object) -> bytes:
+def _backtest_plot(series: object, result: object, quantiles: tuple[float, ...]) -> bytes:
     import io
 
     import matplotlib
@@ -442,9 +442,14 @@ def _backtest_plot(series: object, result: object) -> bytes:
     hours = series.times_s[target] / 3600
     fig, ax = plt.subplots(figsize=(10, 3.5))
     ax.plot(hours, series.values[target], lw=0.8, color="black", label="actual")
-    ax.plot(hours, pred[:, j, 0], lw=0.8, color="tab:blue", label=f"{name} median")
-    ax.fill_between(hours, pred[:, j, 0], pred[:, j, -1], color="tab:blue", alpha=0.2,
-                    label="quantile band")
+    # The line is the quantile nearest the median (the forecasts' quantiles are sorted);
+    # the band spans the lowest to the highest asked for.
+    mid = min(range(len(quantiles)), key=lambda i: abs(quantiles[i] - 0.5))
+    ax.plot(hours, pred[:, j, mid], lw=0.8, color="tab:blue",
+            label=f"{name} q{quantiles[mid]:g}")
+    if len(quantiles) > 1:
+        ax.fill_between(hours, pred[:, j, 0], pred[:, j, -1], color="tab:blue", alpha=0.2,
+                        label=f"q{quantiles[0]:g} to q{quantiles[-1]:g}")
     ax.set_xlabel("hours")
     ax.set_title(f"{name}: forecast {h * series.resolution_s / 60:g} min ahead against actual")
     ax.legend(loc="upper left", fontsize=8)
