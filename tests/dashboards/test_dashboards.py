@@ -117,3 +117,20 @@ def test_the_drain_panel_comes_with_drains_and_reads_known_series() -> None:
     assert read == {"pdscale_drain_replicas", "pdscale_drain_ended_total",
                     "pdscale_drain_cut_requests_total"}
     assert read <= CONTROL_PLANE_METRICS
+
+
+def test_slo_attainment_turns_green_at_each_services_own_objective(
+        example: tuple[str, Spec]) -> None:
+    """A fixed 0.99 threshold showed the SGLang example (objective 0.995) green at 0.992."""
+    _, spec = example
+    files = dashboard_files(spec)
+    overview = json.loads(next(v for k, v in files.items()
+                               if k.endswith("overview.json")))
+    panels = [p for p in overview["panels"] if "SLO attainment" in p.get("title", "")]
+    assert len(panels) == 2
+    for panel in panels:
+        by_service = {o["matcher"]["options"]: o["properties"][0]["value"]["steps"][1]["value"]
+                      for o in panel["fieldConfig"]["overrides"]
+                      if o["matcher"]["id"] == "byName"}
+        assert by_service == {s.name: s.slo.objective for s in spec.services}
+        assert all(t["legendFormat"] == "{{pdscale_service}}" for t in panel["targets"])
