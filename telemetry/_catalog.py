@@ -473,9 +473,13 @@ _GPU_AND_TARGETS: dict[Signal, str] = {
     Signal.GPU_UTILIZATION_RATIO: "avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{$gpu}) / 100",
     Signal.GPU_MEMORY_USED_BYTES: f"sum by (namespace) (DCGM_FI_DEV_FB_USED{{$gpu}}) * {_MIB}",
     Signal.GPU_MEMORY_FREE_BYTES: f"sum by (namespace) (DCGM_FI_DEV_FB_FREE{{$gpu}}) * {_MIB}",
+    # FB_RESERVED is in dcgm-exporter's default counters but not in older ones or every
+    # custom counters file: without it the ratio reads used / (used + free) instead of
+    # going empty (and the memory alert silent).
     Signal.GPU_MEMORY_USED_MAX_RATIO: (
         "max by (namespace) (DCGM_FI_DEV_FB_USED{$gpu} / (DCGM_FI_DEV_FB_USED{$gpu} + "
-        "DCGM_FI_DEV_FB_FREE{$gpu} + DCGM_FI_DEV_FB_RESERVED{$gpu}))"),
+        "DCGM_FI_DEV_FB_FREE{$gpu} + (DCGM_FI_DEV_FB_RESERVED{$gpu} or "
+        "DCGM_FI_DEV_FB_USED{$gpu} * 0)))"),
     Signal.GPU_TEMPERATURE_MAX_CELSIUS: "max by (namespace) (DCGM_FI_DEV_GPU_TEMP{$gpu})",
     Signal.GPU_XID_ERRORS: "max by (namespace, pod, gpu) (DCGM_FI_DEV_XID_ERRORS{$gpu})",
     Signal.TARGETS_UP: "sum by (namespace) (up{$tgt})",

@@ -172,3 +172,38 @@ def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_bur
     result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
+    """An exporter whose counters lack DCGM_FI_DEV_FB_RESERVED left the memory ratio (and its
+    alert) empty; it now reads used / (used + free)."""
+    import yaml
+
+    from alerts._promtool import _example_labels, _series_text
+    from pdscale.spec import Role
+    from telemetry import Signal, pool_expr, recorded_name
+
+    promtool = need_tool("promtool")
+    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
+    service = spec.services[0]
+    out = _write(spec, tmp_path)
+    expr = pool_expr(Signal.GPU_MEMORY_USED_MAX_RATIO, service, Role.DECODE)
+    base = _example_labels(expr, "DCGM_FI_DEV_FB_USED")
+    assert base is not None
+    gpu = {**base, "gpu": "0"}
+    inputs = [{"series": _series_text(m, gpu), "values": f"{v}x10"}
+              for m, v in (("DCGM_FI_DEV_FB_USED", 72000), ("DCGM_FI_DEV_FB_FREE", 8000))]
+    record = recorded_name(Signal.GPU_MEMORY_USED_MAX_RATIO)
+    pool = f'pdscale_service="{service.name}",pdscale_pool="decode"'
+    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+                {"expr": f"{record}{{{pool}}}", "eval_time": "5m",
+                 "exp_samples": [{"labels": _series_text(record, {
+                     "namespace": service.namespace, "model_name": service.model_name,
+                     "pdscale_service": service.name, "pdscale_pool": "decode"}),
+                     "value": 0.9}]}]}]}
+    path = out / "tests" / "gpu-memory.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
