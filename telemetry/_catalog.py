@@ -236,7 +236,8 @@ _DEFS: tuple[SignalDef, ...] = (
     _d(Signal.GPU_TEMPERATURE_MAX_CELSIUS, "pdscale_pool:gpu_temperature_celsius:max",
        "celsius", "Temperature of the hottest GPU"),
     _d(Signal.GPU_XID_ERRORS, "pdscale_gpu:xid_errors:max", "none",
-       "Last XID error code per GPU (0: none)", scope="gpu"),
+       "XID error code per GPU while it changed within the last 15 minutes (absent: none)",
+       scope="gpu"),
     _d(Signal.TARGETS_UP, "pdscale_pool:targets_up:sum", "short",
        "Scrape targets of the pool that are up"),
     _d(Signal.TARGETS, "pdscale_pool:targets:count", "short",
@@ -469,6 +470,9 @@ _TGI: dict[Signal, str] = {
 }
 
 _MIB = "1048576"
+XID_WINDOW = "15m"
+"""How long an XID event counts: longer than the XID alert's `for` (1 minute by default) and
+a few scrapes, short enough that a pod later scheduled on the GPU does not inherit it."""
 _GPU_AND_TARGETS: dict[Signal, str] = {
     Signal.GPU_UTILIZATION_RATIO: "avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{$gpu}) / 100",
     Signal.GPU_MEMORY_USED_BYTES: f"sum by (namespace) (DCGM_FI_DEV_FB_USED{{$gpu}}) * {_MIB}",
@@ -481,7 +485,13 @@ _GPU_AND_TARGETS: dict[Signal, str] = {
         "DCGM_FI_DEV_FB_FREE{$gpu} + (DCGM_FI_DEV_FB_RESERVED{$gpu} or "
         "DCGM_FI_DEV_FB_USED{$gpu} * 0)))"),
     Signal.GPU_TEMPERATURE_MAX_CELSIUS: "max by (namespace) (DCGM_FI_DEV_GPU_TEMP{$gpu})",
-    Signal.GPU_XID_ERRORS: "max by (namespace, pod, gpu) (DCGM_FI_DEV_XID_ERRORS{$gpu})",
+    # The gauge holds the last XID code, not a count: it stays set after the event, and a pod
+    # scheduled on that GPU later would inherit it (and be drained). The code counts while it
+    # changed within the window: the event, not the GPU's history. dcgm-exporter reports 0
+    # until the first XID, so the first one is a change.
+    Signal.GPU_XID_ERRORS: (
+        f"max by (namespace, pod, gpu) (DCGM_FI_DEV_XID_ERRORS{{$gpu}} and "
+        f"changes(DCGM_FI_DEV_XID_ERRORS{{$gpu}}[{XID_WINDOW}]) > 0)"),
     Signal.TARGETS_UP: "sum by (namespace) (up{$tgt})",
     Signal.TARGETS: "count by (namespace) (up{$tgt})",
 }

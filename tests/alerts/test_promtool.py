@@ -207,3 +207,43 @@ def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
     result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> None:
+    """DCGM_FI_DEV_XID_ERRORS holds the last XID code: a pod that lands on a GPU which once
+    reported 79 inherits the value, and used to be drained for it. Only a change pages."""
+    import yaml
+
+    from alerts._promtool import _example_labels, _series_text
+    from pdscale.spec import Role
+    from telemetry import Signal, pool_expr
+
+    promtool = need_tool("promtool")
+    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
+    service = spec.services[0]
+    out = _write(spec, tmp_path)
+    expr = pool_expr(Signal.GPU_XID_ERRORS, service, Role.DECODE)
+    old = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 0)
+    new = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 1)
+    assert old is not None and new is not None and old["pod"] != new["pod"]
+    inputs = [
+        # A pod scheduled on a GPU whose last XID was 79 long ago: the value, no change.
+        {"series": _series_text("DCGM_FI_DEV_XID_ERRORS", {**old, "gpu": "0"}),
+         "values": "79x40"},
+        # Another GPU reports XID 79 at minute 10.
+        {"series": _series_text("DCGM_FI_DEV_XID_ERRORS", {**new, "gpu": "1"}),
+         "values": "0x9 79x30"},
+    ]
+    firing = 'ALERTS{alertname="LLMGPUXidError",alertstate="firing",severity="critical"}'
+    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+                {"expr": f"count by (pod, gpu) ({firing})", "eval_time": "13m",
+                 "exp_samples": [{"labels": _series_text("", {"pod": new["pod"], "gpu": "1"}),
+                                  "value": 1}]},
+                {"expr": f"count({firing})", "eval_time": "35m", "exp_samples": []},
+            ]}]}
+    path = out / "tests" / "xid.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
