@@ -206,8 +206,8 @@ class DynamoPolicy:
                 expected_ttft = self.prefill.prefill_ms(isl) / 1000
                 ttft_corr = (ttft / expected_ttft) if ttft and expected_ttft else 1.0
                 prefill_tps = isl / (self.prefill.prefill_ms(isl) / 1000)
-                n_p = math.ceil(rate * isl * (1 - hit) * min(1.0, ttft_corr) / prefill_tps /
-                                p.replicas.gpus_per_replica)
+                # The profile prices a replica (whatever its GPUs): no division by them.
+                n_p = math.ceil(rate * isl * (1 - hit) * min(1.0, ttft_corr) / prefill_tps)
                 itl = d.signals.get(Signal.ITL_P50_S)
                 ctx = isl + osl / 2
                 # The planner plans at the ITL target itself (no headroom), divided by how
@@ -216,7 +216,7 @@ class DynamoPolicy:
                 itl_corr = (itl / expected_itl) if itl and expected_itl else 1.0
                 decode_tps = decode_operating_point(
                     self.decode, self.itl_slo_s / max(itl_corr, 1e-3), ctx).tokens_per_s
-                n_d = math.ceil(rate * osl / decode_tps / d.replicas.gpus_per_replica)
+                n_d = math.ceil(rate * osl / decode_tps)
                 self._desired[prefill_key] = n_p
                 self._desired[decode_key] = n_d
                 out[prefill_key] = PoolDecision(n_p, (f"predicted {rate:.2f} req/s, ISL "

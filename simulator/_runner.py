@@ -299,6 +299,9 @@ def _summary(world: EventWorld, wall_s: float) -> dict[str, Any]:
     return {
         "requests": n,
         "finished": int(finished.sum()),
+        # Requests no replica could ever hold (a prompt larger than a decode replica's KV
+        # cache): dropped at once, counted here and among the SLO misses.
+        "rejected": int(sim.rejected),
         "slo_attainment": float((ttft_ok & itl_ok).sum() / max(n, 1)),
         "ttft_attainment": float(ttft_ok.sum() / max(n, 1)),
         "itl_attainment": float(itl_ok.sum() / max(n, 1)),

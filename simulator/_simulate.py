@@ -172,6 +172,25 @@ class Prepared:
     meta: dict[str, Any]
 
 
+def _within_budget(initial: dict[Role, int], service: Any, budget: int) -> dict[Role, int]:
+    """The starting sizes cut to the GPU budget (the pool holding more GPUs above its minimum
+    gives one replica at a time): the start, and a static allocation, never exceed it."""
+    out = dict(initial)
+    pools = service.pools
+
+    def gpus() -> int:
+        return sum(out[r] * pools[r].gpus_per_replica for r in Role)
+
+    while gpus() > budget:
+        above = [r for r in Role if out[r] > pools[r].min_replicas]
+        if not above:
+            break  # the minimums alone (the spec checks they fit)
+        role = max(above, key=lambda r: ((out[r] - pools[r].min_replicas)
+                                         * pools[r].gpus_per_replica, r.value))
+        out[role] -= 1
+    return out
+
+
 def prepare(spec: Spec, options: SimOptions) -> Prepared:
     """Pick the service, load the trace, size the pools and build the policy."""
     if options.policy not in POLICIES:
@@ -206,9 +225,11 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     tick_s = float(spec.controller.tick)
     probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1}, tick_s=tick_s)
     if trace is not None:
+        # --prefix-hit is fluid mode's assumption; event mode replays the prompts' own
+        # prefixes, so sizing its start on an assumed hit rate would undersize it.
         plan = demand_plan(trace, probe.prefill.profile, probe.decode.profile,
                            probe.slo_ttft_s, probe.slo_itl_s,
-                           prefix_hit=options.prefix_hit or 0.0)
+                           prefix_hit=(options.prefix_hit or 0.0) if mode == "fluid" else 0.0)
     else:
         assert load is not None
         plan = _plan_from_load(load, probe)
@@ -218,11 +239,17 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         lead = int(max(probe.prefill.cold_start_s, probe.decode.cold_start_s)) + 60
         initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
                    Role.DECODE: int(plan.decode[:lead].max())}
-    setup = _setup(service, options, initial, tick_s=tick_s)
     # The simulated service alone: the controller's cross-pool constraints (P:D ratio
     # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
-    # cluster running this one service.
-    one = spec.model_copy(update={"services": (service,)})
+    # cluster running this one service; the spec's other services hold their minimums out
+    # of a shared GPU budget (they used to leave this one the whole budget).
+    budget = spec.gpu_budget
+    if budget is not None:
+        budget -= sum(p.min_replicas * p.gpus_per_replica for s in spec.services
+                      if s.name != service.name for p in s.pools.values())
+        initial = _within_budget(initial, service, budget)
+    setup = _setup(service, options, initial, tick_s=tick_s)
+    one = spec.model_copy(update={"services": (service,), "gpu_budget": budget})
     forecasts = None
     if options.policy == "pdscale":
         policy, forecasts = _pdscale(setup, one)

@@ -1,0 +1,112 @@
+"""What the simulator got wrong at the edges of a run (found by a review that drove
+`pdscale simulate` with unusual specs): billing after the replay, a first sample that was no
+data, --prefix-hit in event mode, the Dynamo baseline's GPUs per replica, dropped requests."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from pdscale.spec import Role, parse_spec
+from simulator import SimOptions, simulate
+from tests.conftest import ROOT
+
+BASE = yaml.safe_load((ROOT / "examples" / "vllm.yaml").read_text())
+
+
+def _spec(**pools: dict[str, object]) -> object:
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["services"] = raw["services"][:1]
+    for role, changes in pools.items():
+        raw["services"][0]["pools"][role].update(changes)
+    return parse_spec(yaml.safe_dump(raw))
+
+
+@pytest.mark.xfail(strict=True, reason="known defect, not fixed yet: the fix (stop the event "
+                   "loop once every request is served and the trace is over) moves the "
+                   "benchmark's event-mode GPU-hours by up to 3.7 %, so it lands with a re-run "
+                   "of bench/policies.py and bench/frontier.py (see README, Known defects)")
+def test_replicas_starting_when_the_work_is_done_bill_nothing_more() -> None:
+    """A failure's replacement with a 30-minute cold start ran the clock to its readiness:
+    2.98 GPU-hours for five replicas over 600 s (at most 0.83)."""
+    spec = _spec(prefill={"min_replicas": 3, "max_replicas": 3, "cold_start": "30m"},
+                 decode={"min_replicas": 2, "max_replicas": 2, "cold_start": "30m"})
+    base = SimOptions(policy="static", mode="event", duration_s=600.0)
+    plain, _ = simulate(spec, base)
+    failed, _ = simulate(spec, SimOptions(policy="static", mode="event", duration_s=600.0,
+                                          failures=((590.0, Role.DECODE),)))
+    s = failed.summary
+    assert s["simulated_s"] < 700
+    assert s["gpu_hours"] <= 5 * s["simulated_s"] / 3600 + 1e-9
+    assert abs(s["gpu_hours"] - plain.summary["gpu_hours"]) < 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="known defect, not fixed yet: dropping the empty "
+                   "first sample moves the reactive baseline by +1.5 to +23 points and pdscale "
+                   "by up to -0.4 points and -14 % GPU-hours on the one-hour traces, so it "
+                   "lands with the benchmarks re-run (see README, Known defects)")
+def test_the_reactive_baseline_does_not_scale_down_on_the_empty_first_sample() -> None:
+    """At t=0 the window is empty and read 0 everywhere: the HPA baseline scaled the fleet to
+    its minimum before any load was measured."""
+    result, _ = simulate(_spec(), SimOptions(policy="reactive", mode="event",
+                                             duration_s=300.0, scale=3.0))
+    early = [d for d in result.decisions if float(d["time"]) < 30]
+    assert early == [] or all(int(d["desired"]) >= int(d["current"]) for d in early)
+
+
+def test_prefix_hit_is_fluid_modes_assumption_only() -> None:
+    """--prefix-hit 0.9 sized event mode's start for cache hits its replay never has."""
+    spec = _spec()
+    plain, _ = simulate(spec, SimOptions(policy="static", mode="event", duration_s=300.0,
+                                         scale=3.0))
+    hinted, _ = simulate(spec, SimOptions(policy="static", mode="event", duration_s=300.0,
+                                          scale=3.0, prefix_hit=0.9))
+    assert hinted.summary["gpu_hours"] == plain.summary["gpu_hours"]
+    assert hinted.summary["slo_attainment"] == plain.summary["slo_attainment"]
+
+
+def test_the_dynamo_baseline_sizes_replicas_whatever_their_gpus() -> None:
+    """Profiles price a replica: dividing its count by gpus_per_replica under-sized the
+    Dynamo baseline (82.0 % with one GPU, 62.6 % with two, same spec otherwise)."""
+    runs = {}
+    for gpus in (1, 2):
+        raw = yaml.safe_load(yaml.safe_dump(BASE))
+        raw["services"] = raw["services"][:1]
+        raw.pop("gpu_budget", None)
+        for pool in raw["services"][0]["pools"].values():
+            pool["gpus_per_replica"] = gpus
+        result, _ = simulate(parse_spec(yaml.safe_dump(raw)), SimOptions(
+            policy="dynamo", mode="event", duration_s=1200.0, scale=8.0))
+        runs[gpus] = result.summary
+    assert runs[1]["slo_attainment"] == runs[2]["slo_attainment"]
+    assert abs(runs[2]["gpu_hours"] - 2 * runs[1]["gpu_hours"]) < 1e-6
+
+
+def test_requests_no_replica_can_hold_are_counted() -> None:
+    result, _ = simulate(_spec(), SimOptions(policy="static", mode="event", duration_s=300.0))
+    s = result.summary
+    assert s["finished"] + s["rejected"] == s["requests"]
+
+
+def _two_services_sharing(budget: int) -> object:
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["gpu_budget"] = budget
+    for svc in raw["services"]:
+        for pool in svc["pools"].values():
+            pool.update({"gpus_per_replica": 2, "min_replicas": 1, "max_replicas": 8})
+    return parse_spec(yaml.safe_dump(raw))
+
+
+def test_a_simulated_service_shares_the_budget_with_the_others_minimums() -> None:
+    """Budget 8 and another service holding 4 GPUs at its minimums: the simulated service
+    used to start (and static to stay) at 10 GPUs, and the controller to grant it all 8."""
+    spec = _two_services_sharing(8)
+    name = spec.services[0].name
+    static, _ = simulate(spec, SimOptions(policy="static", mode="event", duration_s=600.0,
+                                          scale=3.0, service=name))
+    assert all(p["peak_replicas"] * 2 <= 4 for p in static.summary["pools"].values()) and \
+        sum(p["peak_replicas"] for p in static.summary["pools"].values()) * 2 <= 4
+    scaled, _ = simulate(spec, SimOptions(policy="pdscale", mode="event", duration_s=900.0,
+                                          scale=3.0, service=name))
+    for row in scaled.timeseries:
+        assert (row["prefill_desired"] + row["decode_desired"]) * 2 <= 4 + 1e-9, row
