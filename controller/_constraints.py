@@ -14,7 +14,9 @@ in-cluster controller apply them the same way (:class:`ConstrainedPolicy`).
   than it asked for, so the sum always fits the budget (the spec checks that the minimums do).
   A pool whose replicas could not be read this tick (its scale target's API call failed) still
   holds GPUs: they are counted as last seen, or at its max_replicas if never seen
-  (:func:`unread_pools_gpus`), and a degraded pool keeps the replicas it has.
+  (:func:`unread_pools_gpus`), and a degraded pool keeps the replicas it has. Where the
+  budget's grants leave a service outside its ratio bounds, the pool over the bound gives back
+  what it may not keep and the other takes what that frees (:func:`_keep_ratios`).
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def _apply_budget(decisions: dict[PoolKey, PoolDecision], observation: Observati
         left -= gpus[k]
         if granted[k] < asked[k]:
             heapq.heappush(heap, (-claim(k), str(k), k))
+    left = _keep_ratios(granted, asked, floor, gpus, left, constraints)
     for k, d in decisions.items():
         if granted[k] < asked[k]:
             decisions[k] = _with(
@@ -164,6 +167,40 @@ def _apply_budget(decisions: dict[PoolKey, PoolDecision], observation: Observati
                 f"(priority {constraints.priority.get(k[0], 1.0):g}, SLO deficit "
                 f"{_deficit(k, observation, constraints):.2f})",
                 budget_gpus=budget, budget_asked=asked[k])
+
+
+def _keep_ratios(granted: dict[PoolKey, int], asked: Mapping[PoolKey, int],
+                 floor: Mapping[PoolKey, int], gpus: Mapping[PoolKey, int], left: int,
+                 constraints: Constraints) -> int:
+    """The budget grants replicas pool by pool; where that left a service's prefill:decode
+    outside its bounds (the ratio step ran before), the pool over the bound gives back what
+    the bound does not allow, and the other takes what it frees while the ratio and the
+    budget hold (4:2 with a max of 1.5 becomes 3:3, not a lasting 4:2). Returns the GPUs
+    left."""
+    for service, (lo, hi) in constraints.ratio.items():
+        kp, kd = (service, Role.PREFILL), (service, Role.DECODE)
+        if kp not in granted or kd not in granted:
+            continue
+        p, d = granted[kp], granted[kd]
+        if hi is not None and p > hi * d + 1e-9:
+            new = max(floor[kp], math.floor(hi * d + 1e-9))
+            left += (p - new) * gpus[kp]
+            granted[kp] = p = new
+        if lo is not None and p < lo * d - 1e-9:
+            new = max(floor[kd], math.floor(p / lo + 1e-9))
+            left += (d - new) * gpus[kd]
+            granted[kd] = d = new
+        # Grow the pool the budget cut, one replica at a time, while the bounds still hold.
+        for k in (kd, kp):
+            while granted[k] < asked[k] and gpus[k] <= left:
+                p2 = granted[kp] + (k == kp)
+                d2 = granted[kd] + (k == kd)
+                if (hi is not None and p2 > hi * d2 + 1e-9) or \
+                        (lo is not None and p2 < lo * d2 - 1e-9):
+                    break
+                granted[k] += 1
+                left -= gpus[k]
+    return left
 
 
 def apply_constraints(decisions: Mapping[PoolKey, PoolDecision], observation: Observation,

@@ -235,3 +235,15 @@ def test_the_reconciler_keeps_the_budget_when_a_services_targets_cannot_be_read(
             assert {e.adapter for e in report.errors} == {"kubernetes"}
             rec.close()
     assert sum(o["replicas"] for o in state.objects.values()) <= 8
+
+
+def test_the_budget_keeps_the_ratio_bounds_the_ratio_step_set() -> None:
+    """The budget ran after the ratio bounds and cut decode alone: prefill:decode 4:2 with a
+    max of 1.5 held for 54 ticks, where 3:3 fits both."""
+    p, d = ("s", Role.PREFILL), ("s", Role.DECODE)
+    constraints = Constraints(6, {}, {p: 0.5, d: 0.5}, {"s": (1.0, 1.5)})
+    obs = _obs({p: (1, 8, 1, 2.0), d: (1, 8, 1, None)})  # prefill over its SLO: it claims more
+    out = apply_constraints({p: PoolDecision(4), d: PoolDecision(4)}, obs, constraints)
+    pp, dd = out[p].desired_replicas, out[d].desired_replicas
+    assert pp + dd <= 6 and 1.0 <= pp / dd <= 1.5
+    assert (pp, dd) == (3, 3)
