@@ -577,11 +577,22 @@ def synthetic_trace(*, duration_s: float = 3 * 3600, mean_rps: float = 20.0,
                  notes=(f"{n_bursts} burst(s)",))
 
 
+SYNTHETIC_MAX_S = 14 * 86400.0
+"""Longest synthetic trace (from t=0 to the end of the window asked for): two weeks, as long
+as the longest shared trace."""
+
+
 def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool = False,
                seed: int = 0, start_s: float = 0.0, duration_s: float | None = None) -> Trace:
     """Load a trace file (format from ``fmt`` or detected), or ``synthetic`` for the default."""
     if str(path) == "synthetic" or fmt == "synthetic":
-        trace = synthetic_trace(seed=seed, duration_s=(duration_s or 3 * 3600) + start_s)
+        span = (duration_s or 3 * 3600) + start_s
+        if span > SYNTHETIC_MAX_S:
+            # It is generated from t=0: a far --start built (and held) every request before it.
+            raise TraceError(f"the synthetic trace runs up to {SYNTHETIC_MAX_S / 86400:g} days; "
+                             f"--start plus --duration asks for {span / 86400:.3g}. Use a "
+                             "shorter window, or a trace file for longer runs")
+        trace = synthetic_trace(seed=seed, duration_s=span)
         return trace.window(start_s, duration_s or math.inf) if start_s else trace
     p = Path(path)
     _check_file(p)

@@ -110,3 +110,13 @@ def test_a_simulated_service_shares_the_budget_with_the_others_minimums() -> Non
                                           scale=3.0, service=name))
     for row in scaled.timeseries:
         assert (row["prefill_desired"] + row["decode_desired"]) * 2 <= 4 + 1e-9, row
+
+
+def test_a_synthetic_window_far_out_is_refused_not_built() -> None:
+    """--start 999999999 on the synthetic trace generated every request from t=0 (it hung;
+    --start 864000 took 1.3 GB)."""
+    from simulator import TraceError
+
+    with pytest.raises(TraceError, match="synthetic trace runs up to 14 days"):
+        simulate(_spec(), SimOptions(policy="static", start_s=999_999_999.0,
+                                     duration_s=120.0))
