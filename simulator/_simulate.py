@@ -255,7 +255,10 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         policy, forecasts = _pdscale(setup, one)
     else:
         policy = _policy(options.policy, setup, plan)
-    capped = {role.value: initial[role] > service.pools[role].max_replicas for role in Role}
+    # Whether the trace's peak needs more than max_replicas (whatever the policy: the start
+    # of an autoscaled run covers only its first cold start).
+    peak = size_for_peak(plan)
+    capped = {role.value: peak[role] > service.pools[role].max_replicas for role in Role}
     meta: dict[str, Any] = {
         "service": service.name,
         "trace": options.trace,

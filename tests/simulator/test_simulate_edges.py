@@ -120,3 +120,16 @@ def test_a_synthetic_window_far_out_is_refused_not_built() -> None:
     with pytest.raises(TraceError, match="synthetic trace runs up to 14 days"):
         simulate(_spec(), SimOptions(policy="static", start_s=999_999_999.0,
                                      duration_s=120.0))
+
+
+def test_the_peak_need_flag_is_the_traces_whatever_the_policy() -> None:
+    """It was computed from the starting size, which for an autoscaled run covers only the
+    first cold start: static said true and pdscale false on the same trace."""
+    spec = _spec(prefill={"max_replicas": 3})
+    flags = {}
+    for policy in ("static", "pdscale"):
+        result, _ = simulate(spec, SimOptions(policy=policy, mode="fluid", duration_s=5400.0,
+                                              scale=2.0))
+        flags[policy] = result.summary["peak_need_exceeds_max_replicas"]
+    assert flags["static"] == flags["pdscale"]
+    assert flags["static"]["prefill"] is True
