@@ -349,8 +349,12 @@ def _plus_where_exported(base: str, extra: str) -> str:
 
 # vLLM V1 (0.34.0). Waiting requests by reason exist from 0.34: older engines only have the
 # total, which also counts requests deferred while their KV is transferred.
-_VLLM_QUEUE = (_sum("vllm:num_requests_waiting_by_reason", '$eng,reason="capacity"') + " or "
-               + _sum("vllm:num_requests_waiting"))
+# Per pod: the waiting-for-capacity count where the engine breaks its queue down by reason
+# (vLLM 0.34+; the rest waits for a KV transfer), else its whole queue. Falling back per pod,
+# not per pool, keeps the older pods' queues during a rolling upgrade.
+_VLLM_QUEUE = ("sum by (namespace) (sum by (namespace, pod) "
+               "(vllm:num_requests_waiting_by_reason{$eng,reason=\"capacity\"}) or "
+               "sum by (namespace, pod) (vllm:num_requests_waiting{$eng}))")
 _VLLM: dict[Signal, str] = {
     Signal.QUEUE_DEPTH: _VLLM_QUEUE,
     Signal.KV_TRANSFER_WAITING: _sum("vllm:num_requests_waiting_by_reason",

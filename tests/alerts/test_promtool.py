@@ -247,3 +247,42 @@ def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> 
     result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_the_vllm_queue_falls_back_per_pod_during_a_rolling_upgrade(tmp_path: Path) -> None:
+    """A newer vLLM pod breaks its queue down by reason, an older one does not: the pool's
+    queue is the newer pod's capacity wait plus the older pod's whole queue (the fallback
+    was per pool, so the older pods' queues vanished while both ran)."""
+    import yaml
+
+    from alerts._promtool import _example_labels, _series_text
+    from pdscale.spec import Role
+    from telemetry import Signal, pool_expr, recorded_name
+
+    promtool = need_tool("promtool")
+    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
+    service = spec.services[0]
+    out = _write(spec, tmp_path)
+    expr = pool_expr(Signal.QUEUE_DEPTH, service, Role.DECODE)
+    new = _example_labels(expr, "vllm:num_requests_waiting", 0)
+    old = _example_labels(expr, "vllm:num_requests_waiting", 1)
+    assert new is not None and old is not None and new["pod"] != old["pod"]
+    inputs = [
+        {"series": _series_text("vllm:num_requests_waiting_by_reason",
+                                {**new, "reason": "capacity"}), "values": "3x10"},
+        {"series": _series_text("vllm:num_requests_waiting_by_reason",
+                                {**new, "reason": "deferred"}), "values": "2x10"},
+        {"series": _series_text("vllm:num_requests_waiting", new), "values": "5x10"},
+        {"series": _series_text("vllm:num_requests_waiting", old), "values": "4x10"},
+    ]
+    record = recorded_name(Signal.QUEUE_DEPTH)
+    pool = f'pdscale_service="{service.name}",pdscale_pool="decode"'
+    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+                {"expr": f"sum({record}{{{pool}}})", "eval_time": "5m",
+                 "exp_samples": [{"labels": "{}", "value": 7}]}]}]}
+    path = out / "tests" / "queue.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
