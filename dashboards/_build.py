@@ -295,7 +295,9 @@ def _cache(spec: Spec) -> dash_b.Dashboard:
         (_q(Signal.KV_HANDOFF_FAILURES_PER_S), "hand-off " + _POOL_LEGEND),
     ], "short", fill=0, description="KV written by prefill that never reached decode: failed "
                                     "transfers, and hand-offs that expired or failed to "
-                                    "bootstrap (vLLM NIXL, SGLang)."))
+                                    "bootstrap (vLLM with NIXL, SGLang). No series for a pool "
+                                    "means its engine exports no such counter (Dynamo 1.6.1, "
+                                    "vLLM with other connectors), not zero failures."))
     b = b.with_panel(_timeseries("Uncached prompt tokens per second", [
         (f"{_q(Signal.PROMPT_TOKENS_PER_S, _pool('prefill'))} * (1 - "
          f"{_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool('prefill'))})",
