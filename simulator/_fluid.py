@@ -369,8 +369,8 @@ class FluidWorld(World):
         self._lifecycle(t)
         st = self.mixes[int(self.load.sample_index[k])]
         n = float(self.load.requests[k])
-        pre = self._prefill(st, n)
-        dec = self._decode(st, n / dt, pre.capacity)
+        pre = self._prefill(st, n, t)
+        dec = self._decode(st, n / dt, pre.capacity, t)
         # TTFT over the step's length sample (sorted, so monotone in the index).
         ttft = (pre.wait_s + st.overhead_s + dec.wait_s + dec.step_s) + \
             st.s * (1 + min(max(pre.rho, 0.0), 1.0)) + st.kv
@@ -383,18 +383,27 @@ class FluidWorld(World):
         self.sample(t, self._signals(st, pre, dec))
         return True
 
-    def _prefill(self, st: _Mix, n: float) -> _PrefillStep:
+    def _until_one_ready(self, role: Role, t: float) -> float:
+        """Seconds until a replica of a pool with none ready is ready: the first one starting
+        (a failure's replacement, a scale-up), else never."""
+        starting = self.pools[role].starting
+        return max(0.0, min(starting) - t) if starting else math.inf
+
+    def _prefill(self, st: _Mix, n: float, t: float = 0.0) -> _PrefillStep:
         n_p = self.pools[Role.PREFILL].ready
         cap_p = n_p * st.mu
         work = n * st.mean_unc
         rho = (work / self.dt) / cap_p if cap_p > 0 else math.inf
         qp_new = max(0.0, self.qp + work - cap_p * self.dt)
-        backlog_wait = ((self.qp + qp_new) / 2) / cap_p if cap_p > 0 else math.inf
+        # With none ready, the queue waits for the first replica starting, then for one
+        # replica to work through it (infinite only when none is coming).
+        backlog_wait = ((self.qp + qp_new) / 2) / cap_p if cap_p > 0 else \
+            self._until_one_ready(Role.PREFILL, t) + ((self.qp + qp_new) / 2) / st.mu
         wq = _mgc_wait(rho, n_p, st.mean_unc / st.mu, st.scv) if rho < 1 else 0.0
         self.qp = qp_new
         return _PrefillStep(cap_p, rho, backlog_wait + (wq if math.isfinite(wq) else 0.0))
 
-    def _decode(self, st: _Mix, lam: float, cap_p: float) -> _DecodeStep:
+    def _decode(self, st: _Mix, lam: float, cap_p: float, t: float = 0.0) -> _DecodeStep:
         """The decode batch as the fixed point of Little's law, or the largest batch (KV or
         engine cap) with an admission queue when the pool cannot keep up."""
         n_d = self.pools[Role.DECODE].ready
@@ -410,7 +419,11 @@ class FluidWorld(World):
             batch = b_max
             self.qd = max(0.0, self.qd + (into_decode - thr_max) * self.dt)
         step_s = d0 + d1 * batch + d2 * batch * st.ctx / 1000
-        wait = self.qd / thr_max if thr_max > 0 else math.inf
+        if thr_max > 0:
+            wait = self.qd / thr_max
+        else:  # none ready: the first replica starting, then one replica's throughput
+            one = b_max / (st.mean_o * (d0 + d1 * b_max + d2 * b_max * st.ctx / 1000))
+            wait = self._until_one_ready(Role.DECODE, t) + self.qd / one
         return _DecodeStep(batch, step_s, wait, demand, n_d)
 
     def _account(self, st: _Mix, n: float, ttft: FloatArray, dec: _DecodeStep) -> None:

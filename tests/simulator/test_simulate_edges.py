@@ -133,3 +133,19 @@ def test_the_peak_need_flag_is_the_traces_whatever_the_policy() -> None:
         flags[policy] = result.summary["peak_need_exceeds_max_replicas"]
     assert flags["static"] == flags["pdscale"]
     assert flags["static"]["prefill"] is True
+
+
+def test_fluid_mode_waits_for_the_replacement_not_forever() -> None:
+    """One prefill replica lost at 100 s: fluid mode read the TTFT as infinite (the 1e4 s clip
+    in the summary, inf in timeseries.csv) until the replacement came; requests wait for it."""
+    import math
+
+    spec = _spec(prefill={"min_replicas": 1, "max_replicas": 1},
+                 decode={"min_replicas": 1, "max_replicas": 1})
+    result, _ = simulate(spec, SimOptions(policy="static", mode="fluid", duration_s=600.0,
+                                          failures=((100.0, Role.PREFILL),)))
+    s = result.summary
+    cold = s["cold_start_s"]["prefill"]
+    assert math.isfinite(s["ttft_p95_s"]) and s["ttft_p95_s"] < 5 * cold
+    assert all(math.isfinite(r["ttft_p95_s"]) for r in result.timeseries
+               if not math.isnan(r["ttft_p95_s"]))
