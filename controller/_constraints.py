@@ -224,11 +224,7 @@ def unread_pools_gpus(decisions: Mapping[PoolKey, PoolDecision], observation: Ob
         if key in decisions:
             continue
         pool = observation.pools.get(key)
-        if pool is not None:
-            r = pool.replicas
-            total += max(r.desired, r.active + r.draining) * r.gpus_per_replica
-        else:
-            total += last_gpus.get(key, most)
+        total += pool.replicas.gpus_held if pool is not None else last_gpus.get(key, most)
     return total
 
 

@@ -47,6 +47,12 @@ class PoolReplicas:
         """Replicas that count towards capacity now or soon (ready + starting)."""
         return self.ready + self.starting
 
+    @property
+    def gpus_held(self) -> int:
+        """GPUs the pool holds or is about to: its desired count or what runs (draining
+        included), whichever is more."""
+        return max(self.desired, self.active + self.draining) * self.gpus_per_replica
+
 
 @dataclass(frozen=True)
 class PoolObservation:

@@ -366,17 +366,13 @@ class Reconciler:
                     decisions = {}
                 hold_degraded(decisions, obs)
                 self.overrides.apply(decisions, obs)
-                for key, pool in obs.pools.items():
-                    r = pool.replicas
-                    self._last_gpus[key] = max(r.desired, r.active + r.draining) * \
-                        r.gpus_per_replica
+                self._last_gpus.update({key: pool.replicas.gpus_held
+                                        for key, pool in obs.pools.items()})
                 decisions = apply_constraints(
                     decisions, obs, self.constraints,
                     unread_pools_gpus(decisions, obs, self.constraints, self._last_gpus))
             with tracer.start_as_current_span("act"):
                 leader = self.is_leader()
-                if not leader and self.drainer is not None:
-                    self.drainer.standby()
                 for key in sorted(decisions, key=str):
                     # Asked again before each pool: acting on one can take seconds (pod reads,
                     # per-pod work, conflict retries), and a lease lost meanwhile must stop

@@ -47,9 +47,6 @@ class _Gauge:
     def discard(self, attributes: Mapping[str, str]) -> None:
         self._values.pop(tuple(sorted(attributes.items())), None)
 
-    def keys(self) -> list[dict[str, str]]:
-        return [dict(k) for k in list(self._values)]
-
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, dict(k)) for k, v in list(self._values.items())]
 
