@@ -429,7 +429,7 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
         buckets = service.buckets(kind)  # type: ignore[arg-type]
         if error_expr is None or buckets is None:
             continue
-        threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+        threshold = service.slo.threshold_s(kind)  # type: ignore[arg-type]
         names = metric_names_in(error_expr)
         bucket_metric = next(n for n in names if n.endswith("_bucket"))
         base = _example_labels(error_expr, bucket_metric)

@@ -154,7 +154,7 @@ def recording_groups(spec: Spec) -> list[Rule]:
                 })
         for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
             labels = pool_labels(service, role)
-            threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+            threshold = service.slo.threshold_s(kind)  # type: ignore[arg-type]
             rules.append({"record": SLO_OBJECTIVE_RECORD,
                           "expr": f"vector({_num(service.slo.objective)})",
                           "labels": dict(labels)})
@@ -571,7 +571,7 @@ def _slo_bucket_alert(service: ServiceSpec, role: Role, tiers: Any, where: str
     bucket = slo_bucket_record(kind)  # type: ignore[arg-type]
     m = pool_matchers(service, role)
     expr = f"absent({bucket}{{{m}}}) unless absent({latency}{{{m}}})"
-    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+    threshold = service.slo.threshold_s(kind)  # type: ignore[arg-type]
 
     def value(frame: Frame, minute: int) -> float | None:
         missing = frame.at(bucket, role, minute) is None

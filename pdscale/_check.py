@@ -151,7 +151,7 @@ def _bucket_row(query: Query, service: ServiceSpec, index: int,
     role = Role.PREFILL if kind == "ttft" else Role.DECODE
     ref = slo_bucket_ref(service, kind)
     assert ref is not None
-    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+    threshold = service.slo.threshold_s(kind)
     count, pods, age = _probe(query, ref, at_s)
     base = dict(service=service.name, pool=role.value, signal=f"slo_{kind}_bucket",
                 needed_by="alerts, dashboards", series=ref.selector(), series_count=count,

@@ -33,6 +33,10 @@ class SLOSpec(_Model):
     )
     window: Duration = Field(default=30 * 86400, description="SLO compliance window")
 
+    def threshold_s(self, kind: Literal["ttft", "itl"]) -> float:
+        """The latency threshold of ``kind`` (what its histogram's SLO bucket must match)."""
+        return self.ttft_p95_s if kind == "ttft" else self.itl_p95_s
+
 
 class PoolSelector(_Model):
     """How to find a pool's series in Prometheus.

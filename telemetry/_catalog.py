@@ -699,7 +699,7 @@ def slo_bucket_ref(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> Series
     if histogram is None:
         return None
     metric, sel = histogram
-    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
+    threshold = service.slo.threshold_s(kind)
     pairs = _selector_pairs(service, _SLO_ROLE[kind])[sel.lstrip("$")]
     op, value = _le_pair(threshold)
     return SeriesRef(f"{metric}_bucket", (*pairs, ("le", op, value)),
@@ -727,20 +727,29 @@ def slo_error_ratio_record(kind: Literal["ttft", "itl"], window: str) -> str:
     return f"pdscale_pool:{kind}_slo_errors:ratio_rate{window}"
 
 
-def slo_error_ratio_expr(service: ServiceSpec, kind: Literal["ttft", "itl"],
-                         window: str) -> str | None:
-    """Share of requests slower than the SLO threshold over a window, or None when the engine
-    has no histogram for it."""
+def _slo_series(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> tuple[str, str] | None:
+    """The pool's SLO histogram series: its bucket at the SLO threshold and its count, as
+    selectors (None when the engine has no histogram for ``kind``)."""
     histogram = _SLO_HISTOGRAMS[service.engine].get(kind)
     if histogram is None:
         return None
     metric, sel = histogram
-    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
     selectors = _selectors(service, _SLO_ROLE[kind])
-    good = Template(f"sum by (namespace) (rate({metric}_bucket{{{sel},{le_matcher(threshold)}}}"
-                    f"[{window}]))").substitute(selectors)
-    total = Template(f"sum by (namespace) (rate({metric}_count{{{sel}}}[{window}]))") \
-        .substitute(selectors)
+    bucket = f"{metric}_bucket{{{sel},{le_matcher(service.slo.threshold_s(kind))}}}"
+    return (Template(bucket).substitute(selectors),
+            Template(f"{metric}_count{{{sel}}}").substitute(selectors))
+
+
+def slo_error_ratio_expr(service: ServiceSpec, kind: Literal["ttft", "itl"],
+                         window: str) -> str | None:
+    """Share of requests slower than the SLO threshold over a window, or None when the engine
+    has no histogram for it."""
+    series = _slo_series(service, kind)
+    if series is None:
+        return None
+    bucket, count = series
+    good = f"sum by (namespace) (rate({bucket}[{window}]))"
+    total = f"sum by (namespace) (rate({count}[{window}]))"
     return f"1 - ({good} / ({total} > 0))"
 
 
@@ -752,13 +761,8 @@ def slo_bucket_expr(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> str |
     """How many series of the SLO histogram have a bucket at the SLO threshold (None when the
     engine has no histogram for it). Absent while the histogram itself is there, the engine
     runs with buckets that miss the threshold and every SLO error ratio is empty."""
-    histogram = _SLO_HISTOGRAMS[service.engine].get(kind)
-    if histogram is None:
-        return None
-    metric, sel = histogram
-    threshold = service.slo.ttft_p95_s if kind == "ttft" else service.slo.itl_p95_s
-    return Template(f"count by (namespace) ({metric}_bucket{{{sel},{le_matcher(threshold)}}})"
-                    ).substitute(_selectors(service, _SLO_ROLE[kind]))
+    series = _slo_series(service, kind)
+    return None if series is None else f"count by (namespace) ({series[0]})"
 
 
 def signal_def(signal: Signal | str) -> SignalDef:
