@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,20 +138,40 @@ def test_drain_timeout_alert_is_generated_with_drains_and_passes_promtool(
     assert result.returncode == 0, result.stdout[-4000:]
 
 
-def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_burn(
-        tmp_path: Path) -> None:
-    """vLLM run with custom TTFT buckets that miss the spec's 0.5 s (the spec does not name
-    them): every request takes about 0.7 s, so the SLO is burning, but the error ratios are
-    empty. The slo_bucket absence alert says so instead of the silence reading as no burn."""
+def _vllm_rules(tmp_path: Path) -> tuple[Any, Callable[[str, list[dict[str, str]],
+                                                        list[dict[str, Any]]], None]]:
+    """The vLLM example's first service with its rules written under ``tmp_path``, and a
+    runner that checks PromQL against them in promtool: (test name, input series, checks)."""
     import yaml
-
-    from alerts._promtool import _example_labels, _le, _series_text
-    from telemetry import slo_bucket_expr
 
     promtool = need_tool("promtool")
     spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
     service = spec.services[0]
     out = _write(spec, tmp_path)
+
+    def run(name: str, inputs: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
+        test = {"rule_files": [f"../rules/{service.name}.rules.yml"],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": inputs,
+                           "promql_expr_test": checks}]}
+        path = out / "tests" / f"{name}.test.yml"
+        path.write_text(yaml.safe_dump(test, sort_keys=False))
+        result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+    return service, run
+
+
+def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_burn(
+        tmp_path: Path) -> None:
+    """vLLM run with custom TTFT buckets that miss the spec's 0.5 s (the spec does not name
+    them): every request takes about 0.7 s, so the SLO is burning, but the error ratios are
+    empty. The slo_bucket absence alert says so instead of the silence reading as no burn."""
+    from alerts._promtool import _example_labels, _le, _series_text
+    from telemetry import slo_bucket_expr
+
+    service, promtool_run = _vllm_rules(tmp_path)
     expr = slo_bucket_expr(service, "ttft")
     assert expr is not None
     base = _example_labels(expr, "vllm:time_to_first_token_seconds_bucket")
@@ -160,33 +182,22 @@ def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_bur
               for b, per_min in ((0.25, 0), (1.0, 100), (2.5, 100), (float("inf"), 100))]
     inputs.append({"series": _series_text(f"{metric}_count", base), "values": "0+100x60"})
     pool = f'pdscale_service="{service.name}",pdscale_pool="prefill"'
-    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
-                {"expr": f"count(pdscale_pool:ttft_slo_errors:ratio_rate5m{{{pool}}})",
-                 "eval_time": "40m", "exp_samples": []},
-                {"expr": f'count(ALERTS{{alertname="LLMPoolMetricsAbsent",'
-                         f'signal_group="slo_bucket",alertstate="firing",{pool}}})',
-                 "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 2}]}]}]}
-    path = out / "tests" / "slo-bucket.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_run("slo-bucket", inputs, [
+        {"expr": f"count(pdscale_pool:ttft_slo_errors:ratio_rate5m{{{pool}}})",
+         "eval_time": "40m", "exp_samples": []},
+        {"expr": f'count(ALERTS{{alertname="LLMPoolMetricsAbsent",'
+                 f'signal_group="slo_bucket",alertstate="firing",{pool}}})',
+         "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 2}]}])
 
 
 def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
     """An exporter whose counters lack DCGM_FI_DEV_FB_RESERVED left the memory ratio (and its
     alert) empty; it now reads used / (used + free)."""
-    import yaml
-
     from alerts._promtool import _example_labels, _series_text
     from pdscale.spec import Role
     from telemetry import Signal, pool_expr, recorded_name
 
-    promtool = need_tool("promtool")
-    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
-    service = spec.services[0]
-    out = _write(spec, tmp_path)
+    service, promtool_run = _vllm_rules(tmp_path)
     expr = pool_expr(Signal.GPU_MEMORY_USED_MAX_RATIO, service, Role.DECODE)
     base = _example_labels(expr, "DCGM_FI_DEV_FB_USED")
     assert base is not None
@@ -195,33 +206,22 @@ def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
               for m, v in (("DCGM_FI_DEV_FB_USED", 72000), ("DCGM_FI_DEV_FB_FREE", 8000))]
     record = recorded_name(Signal.GPU_MEMORY_USED_MAX_RATIO)
     pool = f'pdscale_service="{service.name}",pdscale_pool="decode"'
-    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
-                {"expr": f"{record}{{{pool}}}", "eval_time": "5m",
-                 "exp_samples": [{"labels": _series_text(record, {
-                     "namespace": service.namespace, "model_name": service.model_name,
-                     "pdscale_service": service.name, "pdscale_pool": "decode"}),
-                     "value": 0.9}]}]}]}
-    path = out / "tests" / "gpu-memory.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_run("gpu-memory", inputs, [
+        {"expr": f"{record}{{{pool}}}", "eval_time": "5m",
+         "exp_samples": [{"labels": _series_text(record, {
+             "namespace": service.namespace, "model_name": service.model_name,
+             "pdscale_service": service.name, "pdscale_pool": "decode"}),
+             "value": 0.9}]}])
 
 
 def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> None:
     """DCGM_FI_DEV_XID_ERRORS holds the last XID code: a pod that lands on a GPU which once
     reported 79 inherits the value, and used to be drained for it. Only a change pages."""
-    import yaml
-
     from alerts._promtool import _example_labels, _series_text
     from pdscale.spec import Role
     from telemetry import Signal, pool_expr
 
-    promtool = need_tool("promtool")
-    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
-    service = spec.services[0]
-    out = _write(spec, tmp_path)
+    service, promtool_run = _vllm_rules(tmp_path)
     expr = pool_expr(Signal.GPU_XID_ERRORS, service, Role.DECODE)
     old = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 0)
     new = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 1)
@@ -235,34 +235,22 @@ def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> 
          "values": "0x9 79x30"},
     ]
     firing = 'ALERTS{alertname="LLMGPUXidError",alertstate="firing",severity="critical"}'
-    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
-                {"expr": f"count by (pod, gpu) ({firing})", "eval_time": "13m",
-                 "exp_samples": [{"labels": _series_text("", {"pod": new["pod"], "gpu": "1"}),
-                                  "value": 1}]},
-                {"expr": f"count({firing})", "eval_time": "35m", "exp_samples": []},
-            ]}]}
-    path = out / "tests" / "xid.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_run("xid", inputs, [
+        {"expr": f"count by (pod, gpu) ({firing})", "eval_time": "13m",
+         "exp_samples": [{"labels": _series_text("", {"pod": new["pod"], "gpu": "1"}),
+                          "value": 1}]},
+        {"expr": f"count({firing})", "eval_time": "35m", "exp_samples": []}])
 
 
 def test_the_vllm_queue_falls_back_per_pod_during_a_rolling_upgrade(tmp_path: Path) -> None:
     """A newer vLLM pod breaks its queue down by reason, an older one does not: the pool's
     queue is the newer pod's capacity wait plus the older pod's whole queue (the fallback
     was per pool, so the older pods' queues vanished while both ran)."""
-    import yaml
-
     from alerts._promtool import _example_labels, _series_text
     from pdscale.spec import Role
     from telemetry import Signal, pool_expr, recorded_name
 
-    promtool = need_tool("promtool")
-    spec = parse_spec((ROOT / "examples" / "vllm.yaml").read_text())
-    service = spec.services[0]
-    out = _write(spec, tmp_path)
+    service, promtool_run = _vllm_rules(tmp_path)
     expr = pool_expr(Signal.QUEUE_DEPTH, service, Role.DECODE)
     new = _example_labels(expr, "vllm:num_requests_waiting", 0)
     old = _example_labels(expr, "vllm:num_requests_waiting", 1)
@@ -277,12 +265,6 @@ def test_the_vllm_queue_falls_back_per_pod_during_a_rolling_upgrade(tmp_path: Pa
     ]
     record = recorded_name(Signal.QUEUE_DEPTH)
     pool = f'pdscale_service="{service.name}",pdscale_pool="decode"'
-    test = {"rule_files": [f"../rules/{service.name}.rules.yml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
-                {"expr": f"sum({record}{{{pool}}})", "eval_time": "5m",
-                 "exp_samples": [{"labels": "{}", "value": 7}]}]}]}
-    path = out / "tests" / "queue.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent,
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_run("queue", inputs, [
+        {"expr": f"sum({record}{{{pool}}})", "eval_time": "5m",
+         "exp_samples": [{"labels": "{}", "value": 7}]}])
