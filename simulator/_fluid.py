@@ -389,7 +389,7 @@ class FluidWorld(World):
         starting = self.pools[role].starting
         return max(0.0, min(starting) - t) if starting else math.inf
 
-    def _prefill(self, st: _Mix, n: float, t: float = 0.0) -> _PrefillStep:
+    def _prefill(self, st: _Mix, n: float, t: float) -> _PrefillStep:
         n_p = self.pools[Role.PREFILL].ready
         cap_p = n_p * st.mu
         work = n * st.mean_unc
@@ -403,7 +403,7 @@ class FluidWorld(World):
         self.qp = qp_new
         return _PrefillStep(cap_p, rho, backlog_wait + (wq if math.isfinite(wq) else 0.0))
 
-    def _decode(self, st: _Mix, lam: float, cap_p: float, t: float = 0.0) -> _DecodeStep:
+    def _decode(self, st: _Mix, lam: float, cap_p: float, t: float) -> _DecodeStep:
         """The decode batch as the fixed point of Little's law, or the largest batch (KV or
         engine cap) with an admission queue when the pool cannot keep up."""
         n_d = self.pools[Role.DECODE].ready
