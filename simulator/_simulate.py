@@ -191,6 +191,28 @@ def _within_budget(initial: dict[Role, int], service: Any, budget: int) -> dict[
     return out
 
 
+def _failures_outside(options: SimOptions, trace: Trace | None, load: FluidLoad | None
+                      ) -> str | None:
+    """Why a failure time falls outside the replay, or None. The replay spans
+    [0, --duration), or the trace's length without --duration; a failure after it would
+    extend the run with idle replicas and inflate its GPU-hours."""
+    if not options.failures:
+        return None
+    if options.duration_s is not None:
+        end, what = options.duration_s, "--duration"
+    elif trace is not None:
+        end, what = trace.span_s, "the trace's length"
+    else:
+        assert load is not None
+        end, what = load.steps * load.dt_s, "the trace's length"
+    late = [f"{when:g}:{role.value}" for when, role in options.failures if when >= end]
+    if not late:
+        return None
+    end_text = f"{end:.3f}".rstrip("0").rstrip(".")
+    return (f"--fail {', '.join(late)}: failure times must be within [0, {end_text}) seconds "
+            f"({what}); give a time inside the replay")
+
+
 def prepare(spec: Spec, options: SimOptions) -> Prepared:
     """Pick the service, load the trace, size the pools and build the policy."""
     if options.policy not in POLICIES:
@@ -221,6 +243,9 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     if mode == "fluid" and load is None:
         assert trace is not None
         load = fluid_load_from_trace(trace, prefix_hit=options.prefix_hit or 0.0)
+    late = _failures_outside(options, trace, load)
+    if late is not None:
+        raise ValueError(late)
     # Size the pools: the oracle's plan gives the static peak and everyone's start.
     tick_s = float(spec.controller.tick)
     probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1}, tick_s=tick_s)

@@ -7,7 +7,7 @@ import argparse
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pdscale._cli._common import (
     EXIT_BAD_INPUT,
@@ -28,8 +28,6 @@ from pdscale._cli._common import (
 )
 from pdscale.spec import Role, Spec
 
-if TYPE_CHECKING:
-    from simulator import Prepared
 
 def port(text: str) -> int:
     """An argparse type for a TCP port to listen on: 0 (any free) to 65535."""
@@ -55,28 +53,6 @@ def failure(text: str) -> tuple[float, Role]:
     return when, role
 
 
-def failures_outside(failures: tuple[tuple[float, Role], ...], prepared: Prepared,
-                     duration_s: float | None) -> str | None:
-    """Why a ``--fail`` time falls outside the replay, or None. The replay spans
-    [0, --duration), or the trace's length without --duration; a failure after it would
-    extend the run with idle replicas and inflate its GPU-hours."""
-    if not failures:
-        return None
-    if duration_s is not None:
-        end, what = duration_s, "--duration"
-    elif prepared.trace is not None:
-        end, what = prepared.trace.span_s, "the trace's length"
-    else:
-        assert prepared.load is not None
-        end, what = prepared.load.steps * prepared.load.dt_s, "the trace's length"
-    late = [f"{when:g}:{role.value}" for when, role in failures if when >= end]
-    if not late:
-        return None
-    end_text = f"{end:.3f}".rstrip("0").rstrip(".")
-    return (f"--fail {', '.join(late)}: failure times must be within [0, {end_text}) seconds "
-            f"({what}); give a time inside the replay")
-
-
 def _cmd_simulate(args: argparse.Namespace) -> int:
     try:
         return _simulate(args)
@@ -86,15 +62,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from pdscale._io import OutputError, write_tree
-    from simulator import (
-        ProfileError,
-        SimOptions,
-        TraceError,
-        prepare,
-        result_files,
-        run_world,
-        world_for,
-    )
+    from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
 
     spec = load_checked(args.spec)
     if spec is None:
@@ -109,26 +77,14 @@ def _simulate(args: argparse.Namespace) -> int:
                          prefix_hit=args.prefix_hit)
     if args.live:
         return _run_live(spec, options, args)
-    try:
-        prepared = prepare(spec, options)
-    except (TraceError, ProfileError, KeyError, ValueError) as exc:
-        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
-        return EXIT_BAD_INPUT
-    outside = failures_outside(options.failures, prepared, options.duration_s)
-    if outside:
-        err(outside)
-        return EXIT_BAD_INPUT
     progress = Progress(f"simulating {args.policy}")
-    try:  # simulator.simulate, with the --fail check between preparing and running
-        result = run_world(world_for(prepared, options), prepared.policy, spec=prepared.spec,
-                           progress=progress, forecasts=prepared.forecasts)
+    try:
+        result, meta = simulate(spec, options, progress=progress)
     except (TraceError, ProfileError, KeyError, ValueError) as exc:
         err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return EXIT_BAD_INPUT
     finally:
         progress.close()
-    result.summary.update(prepared.meta)
-    meta = prepared.meta
     files = result_files(result, plots=not args.no_plots)
     with held_interrupt() as caught:
         try:
@@ -184,10 +140,6 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
         prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
     except (TraceError, ProfileError, KeyError, ValueError) as exc:
         err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
-        return EXIT_BAD_INPUT
-    outside = failures_outside(options.failures, prepared, options.duration_s)
-    if outside:
-        err(outside)
         return EXIT_BAD_INPUT
     assert prepared.trace is not None
     service = spec.service(prepared.setup.service)

@@ -307,7 +307,7 @@ def test_ctrl_c_while_simulating_writes_nothing(command: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     import simulator
 
-    monkeypatch.setattr(simulator, "run_world" if command == "simulate" else "compare_policies",
+    monkeypatch.setattr(simulator, "simulate" if command == "simulate" else "compare_policies",
                         _interrupt)
     out = tmp_path / "out"
     assert _main_under_ctrl_c([command, "--spec", VLLM, "--out", str(out)]) == 130
