@@ -74,15 +74,21 @@ RESULTS = ROOT / "bench" / "results"
 # -- measurements (pure) ---------------------------------------------------------------------
 
 
+def per_second(arrival_s: np.ndarray, prompt_tokens: np.ndarray, seconds: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt tokens, requests) arriving in each of the window's ``seconds`` seconds."""
+    idx = np.clip(np.floor(arrival_s).astype(np.int64), 0, seconds - 1)
+    return (np.bincount(idx, weights=prompt_tokens.astype(np.float64), minlength=seconds),
+            np.bincount(idx, minlength=seconds).astype(np.float64))
+
+
 def arrival_stats(arrival_s: np.ndarray, prompt_tokens: np.ndarray, span_s: float
                   ) -> dict[str, float]:
     """Per-second and per-minute bins of the window's arrivals: the mean prompt-token rate,
     the peak minute's and the peak second's, the 99th percentile of the seconds, and the
     dispersion (variance over mean) of the per-second request counts."""
     seconds = max(1, math.ceil(span_s))
-    idx = np.clip(np.floor(arrival_s).astype(np.int64), 0, seconds - 1)
-    tokens = np.bincount(idx, weights=prompt_tokens.astype(np.float64), minlength=seconds)
-    counts = np.bincount(idx, minlength=seconds).astype(np.float64)
+    tokens, counts = per_second(arrival_s, prompt_tokens, seconds)
     minutes = max(1, seconds // 60)
     per_minute = tokens[:minutes * 60].reshape(minutes, 60).sum(axis=1) / 60
     mean_count = float(counts.mean())
@@ -300,8 +306,7 @@ def plot(result: Mapping[str, Any], trace: Any, path: Path) -> Path | None:
         return None
     sat = result["capacity"]["saturated_tokens_per_s"]
     seconds = int(result["arrivals"]["seconds"])
-    idx = np.clip(np.floor(trace.arrival_s).astype(np.int64), 0, seconds - 1)
-    tokens = np.bincount(idx, weights=trace.prompt_tokens.astype(np.float64), minlength=seconds)
+    tokens, _ = per_second(trace.arrival_s, trace.prompt_tokens, seconds)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
     top.plot(np.arange(seconds), tokens, lw=0.6, color="tab:blue",
              label="prompt tokens, per second")
