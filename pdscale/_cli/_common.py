@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,6 +43,23 @@ def held_interrupt() -> Iterator[list[int]]:
         yield caught
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def write_output(out: str, files: Mapping[str, str | bytes], report: Callable[[], None]
+                 ) -> int:
+    """Write ``files`` as the ``--out`` folder, then ``report`` what was done, with Ctrl-C held
+    until both are (:func:`held_interrupt`). EXIT_OK; EXIT_FAILURE when the folder cannot be
+    written (nothing changed); EXIT_INTERRUPTED, once the output is whole, after Ctrl-C."""
+    from pdscale._io import OutputError, write_tree
+
+    with held_interrupt() as caught:
+        try:
+            write_tree(Path(out), files)
+        except OutputError as exc:
+            err(str(exc))
+            return EXIT_FAILURE
+        report()
+    return interrupted(out, wrote=True) if caught else EXIT_OK
 
 
 def err(message: str) -> None:

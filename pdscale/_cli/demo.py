@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from pdscale._cli._common import (
     EXIT_BAD_INPUT,
-    EXIT_FAILURE,
-    EXIT_OK,
     NON_NEGATIVE,
     POSITIVE,
     Progress,
     err,
     example_spec,
-    held_interrupt,
     interrupted,
     load_checked,
     out_ok,
     seed,
+    write_output,
 )
 
 
@@ -35,7 +32,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from alerts import alert_files
     from dashboards import dashboard_files
-    from pdscale._io import OutputError, write_tree
     from simulator import (
         ProfileError,
         SimOptions,
@@ -81,19 +77,14 @@ def _demo(args: argparse.Namespace) -> int:
                                      for k, v in comparison_files(results).items()}
     files.update({f"alerts/{k}": v for k, v in alert_files(spec).items()})
     files.update({f"dashboards/{k}": v for k, v in dashboard_files(spec).items()})
-    with held_interrupt() as caught:
-        try:
-            write_tree(Path(args.out), files)
-        except OutputError as exc:
-            err(str(exc))
-            return EXIT_FAILURE
+
+    def report() -> None:
         print(comparison_table(results), end="")
         print(f"\nwrote {args.out}/: simulation/comparison.md, simulation/plots/"
               "gpu_hours_vs_attainment.png, simulation/plots/replicas_vs_load.png, per-policy "
               "results in simulation/<policy>/, and the spec's alerts/ and dashboards/")
-    if caught:  # Ctrl-C came while writing: the output is whole
-        return interrupted(args.out, wrote=True)
-    return EXIT_OK
+
+    return write_output(args.out, files, report)
 
 
 def register(sub: Any) -> None:

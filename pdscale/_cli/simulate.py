@@ -19,12 +19,12 @@ from pdscale._cli._common import (
     Progress,
     err,
     fmt_s,
-    held_interrupt,
     interrupted,
     load_checked,
     out_ok,
     parse_failure,
     seed,
+    write_output,
 )
 from pdscale.spec import Role, Spec
 
@@ -61,7 +61,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from pdscale._io import OutputError, write_tree
     from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
 
     spec = load_checked(args.spec)
@@ -85,13 +84,8 @@ def _simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     finally:
         progress.close()
-    files = result_files(result, plots=not args.no_plots)
-    with held_interrupt() as caught:
-        try:
-            write_tree(Path(args.out), files)
-        except OutputError as exc:
-            err(str(exc))
-            return EXIT_FAILURE
+
+    def report() -> None:
         s = result.summary
         print(f"{meta['policy']} on {meta['trace']} ({meta['mode']} mode, service "
               f"{meta['service']}): {s['requests']:,} requests in {s['wall_s']:.1f}s")
@@ -103,9 +97,8 @@ def _simulate(args: argparse.Namespace) -> int:
               f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
         print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
               + ("" if args.no_plots else ", plots/"))
-    if caught:  # Ctrl-C came while writing: the output is whole
-        return interrupted(args.out, wrote=True)
-    return EXIT_OK
+
+    return write_output(args.out, result_files(result, plots=not args.no_plots), report)
 
 
 def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
