@@ -63,6 +63,9 @@ if TYPE_CHECKING:
         free_loopback_port as free_loopback_port,
     )
     from controller._process import (
+        process_is_zombie as process_is_zombie,
+    )
+    from controller._process import (
         process_start_ticks as process_start_ticks,
     )
     from controller._process import (
@@ -110,6 +113,7 @@ _LAZY = {
     "ProcessActuator": "controller._process",
     "WorkerTemplate": "controller._process",
     "free_loopback_port": "controller._process",
+    "process_is_zombie": "controller._process",
     "process_start_ticks": "controller._process",
     "spawn_process": "controller._process",
     "stop_pids": "controller._process",
@@ -144,6 +148,7 @@ __all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Cause", "Cl
            "builtin_profiles", "create_app", "decode_batch_limit",
            "decode_operating_point", "free_loopback_port", "hpa_manifests",
            "is_loopback", "keda_manifests", "kube_client", "load_profile",
-           "prefill_capacity", "process_start_ticks", "reader_from_spec", "serve",
+           "prefill_capacity", "process_is_zombie", "process_start_ticks", "reader_from_spec",
+           "serve",
            "size", "spawn_process", "stabilise", "stop_pids", "stop_recorded",
            "sum_metric", "targets_file_name", "uncached_prefill_demand"]

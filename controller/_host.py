@@ -31,6 +31,7 @@ __all__ = [
     "WorkerTemplate",
     "free_loopback_port",
     "is_ours",
+    "process_is_zombie",
     "process_start_ticks",
     "signal_group",
     "spawn_process",
@@ -155,14 +156,29 @@ def free_loopback_port(low: int | None = None, high: int | None = None) -> int:
     raise KubeUnavailable(f"no free port on 127.0.0.1 in {low}-{high} after 200 tries")
 
 
-def process_start_ticks(pid: int) -> int | None:
+def _stat_fields(pid: int, proc: Path) -> list[str] | None:
+    """``<proc>/<pid>/stat`` from field 3 on (the command name, field 2, may hold spaces and
+    parentheses, so split after its last ``)``); None where unreadable."""
+    try:
+        return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start_ticks(pid: int, *, proc: Path = Path("/proc")) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), to
     tell a recorded process from a later one that reuses its PID; None where unreadable."""
+    fields = _stat_fields(pid, proc)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
         return None
+
+
+def process_is_zombie(pid: int, *, proc: Path = Path("/proc")) -> bool:
+    """True when ``pid`` has exited and only waits to be reaped (state ``Z``)."""
+    fields = _stat_fields(pid, proc)
+    return fields is not None and fields[:1] == ["Z"]
 
 
 def is_ours(pid: int, start_ticks: int | None) -> bool:
@@ -171,12 +187,8 @@ def is_ours(pid: int, start_ticks: int | None) -> bool:
         os.kill(pid, 0)
     except OSError:
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":
-            return False
-    except (OSError, IndexError):
-        pass
+    if process_is_zombie(pid):
+        return False
     return start_ticks is None or process_start_ticks(pid) in (None, start_ticks)
 
 

@@ -6,7 +6,8 @@ A PID alone does not name a process for long: after the process exits, or the ho
 kernel hands the number to another one, and ``pdscale down`` would signal a stranger. So
 ``pdscale up`` records each process's kernel start time and the boot's id beside its PID
 (:func:`process_record`), and :func:`recorded_process` trusts a PID only while both still match
-(``controller._host`` tells the actuator's workers apart by the same start time)."""
+(``controller.process_start_ticks``, with which the process actuator tells its workers
+apart)."""
 
 from __future__ import annotations
 
@@ -113,27 +114,11 @@ class ProcessState(enum.Enum):
     """A process runs under the PID but /proc cannot tell whether it is pdscale's."""
 
 
-def _start_ticks(pid: int, proc: Path) -> int | None:
-    """``/proc/<pid>/stat`` field 22: the start time in clock ticks since boot (the command
-    name, field 2, may hold spaces and parentheses, so split after its last ``)``)."""
-    try:
-        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _boot_id(proc: Path) -> str | None:
     try:
         return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
     except OSError:
         return None
-
-
-def _zombie(pid: int, proc: Path) -> bool:
-    try:
-        return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _cmdline(pid: int, proc: Path) -> list[str] | None:
@@ -148,7 +133,9 @@ def process_record(pid: int, *, proc: Path = _PROC) -> dict[str, Any]:
     """What to store beside ``pid`` to recognise the process later: its start time in clock
     ticks since boot (``start_ticks``) and this boot's id (``boot_id``); each None where
     ``proc`` cannot tell (then :func:`recorded_process` never confirms it)."""
-    return {"start_ticks": _start_ticks(pid, proc), "boot_id": _boot_id(proc)}
+    from controller import process_start_ticks
+
+    return {"start_ticks": process_start_ticks(pid, proc=proc), "boot_id": _boot_id(proc)}
 
 
 def recorded_process(record: Mapping[str, Any], *, folder: Path,
@@ -166,7 +153,9 @@ def recorded_process(record: Mapping[str, Any], *, folder: Path,
         return ProcessState.GONE
     except PermissionError:
         pass  # another user's process: still compare it (``pdscale up`` may have run as root)
-    if _zombie(pid, proc):
+    from controller import process_is_zombie, process_start_ticks
+
+    if process_is_zombie(pid, proc=proc):
         return ProcessState.GONE
     if "start_ticks" not in record:
         argv = _cmdline(pid, proc)
@@ -181,7 +170,7 @@ def recorded_process(record: Mapping[str, Any], *, folder: Path,
     boot_now = _boot_id(proc)
     if isinstance(boot_id, str) and boot_now is not None and boot_id != boot_now:
         return ProcessState.REPLACED  # the host rebooted since: the PID is someone else's
-    ticks_now = _start_ticks(pid, proc)
+    ticks_now = process_start_ticks(pid, proc=proc)
     if ticks_now is None:
         return ProcessState.UNCONFIRMED
     return ProcessState.OURS if ticks_now == start_ticks else ProcessState.REPLACED

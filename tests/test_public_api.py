@@ -46,7 +46,7 @@ PUBLIC = {
                    "decode_batch_limit", "decode_operating_point",
                    "free_loopback_port", "hpa_manifests", "is_loopback",
                    "keda_manifests", "kube_client", "load_profile",
-                   "prefill_capacity", "process_start_ticks",
+                   "prefill_capacity", "process_is_zombie", "process_start_ticks",
                    "reader_from_spec", "serve", "size", "spawn_process",
                    "stabilise", "stop_pids", "stop_recorded", "sum_metric",
                    "targets_file_name", "uncached_prefill_demand"],
