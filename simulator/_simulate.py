@@ -172,9 +172,16 @@ class Prepared:
     meta: dict[str, Any]
 
 
-def _within_budget(initial: dict[Role, int], service: Any, budget: int) -> dict[Role, int]:
-    """The starting sizes cut to the GPU budget (the pool holding more GPUs above its minimum
-    gives one replica at a time): the start, and a static allocation, never exceed it."""
+def _within_budget(initial: dict[Role, int], spec: Spec, service: Any
+                   ) -> tuple[dict[Role, int], int | None]:
+    """(the starting sizes, the GPU budget) for ``service`` simulated alone: the spec's other
+    services hold their minimums out of a shared budget (they used to leave this one the whole
+    budget), and the start, like a static allocation, is cut to what is left (the pool holding
+    more GPUs above its minimum gives one replica at a time)."""
+    if spec.gpu_budget is None:
+        return initial, None
+    budget = spec.gpu_budget - sum(p.min_replicas * p.gpus_per_replica for s in spec.services
+                                   if s.name != service.name for p in s.pools.values())
     out = dict(initial)
     pools = service.pools
 
@@ -188,7 +195,7 @@ def _within_budget(initial: dict[Role, int], service: Any, budget: int) -> dict[
         role = max(above, key=lambda r: ((out[r] - pools[r].min_replicas)
                                          * pools[r].gpus_per_replica, r.value))
         out[role] -= 1
-    return out
+    return out, budget
 
 
 def _failures_outside(options: SimOptions, trace: Trace | None, load: FluidLoad | None
@@ -213,6 +220,25 @@ def _failures_outside(options: SimOptions, trace: Trace | None, load: FluidLoad 
             f"({what}); give a time inside the replay")
 
 
+def _workload(options: SimOptions, fmt: str | None) -> tuple[Trace | None, FluidLoad | None]:
+    """The run's requests: a trace (scaled, clipped, windowed), or for a ServeGen run in fluid
+    mode over its whole length, its rates as a fluid load."""
+    if fmt == "servegen" and options.mode != "event" and options.duration_s is None:
+        return None, fluid_load_from_servegen(Path(options.trace), seed=options.seed,
+                                              scale=options.scale)
+    duration = options.duration_s
+    if fmt == "servegen" and duration is None:
+        duration = 3600.0  # event mode: one hour unless asked otherwise
+    trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
+                       seed=options.seed, start_s=options.start_s, duration_s=duration)
+    trace = trace.scaled(options.scale, seed=options.seed)
+    if options.max_prompt_tokens is not None:
+        trace = trace.clipped(options.max_prompt_tokens)
+    if len(trace) == 0:
+        raise TraceError("the trace has no requests after --scale and the time window")
+    return trace, None
+
+
 def prepare(spec: Spec, options: SimOptions) -> Prepared:
     """Pick the service, load the trace, size the pools and build the policy."""
     if options.policy not in POLICIES:
@@ -221,24 +247,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     fmt = options.fmt
     if options.trace != "synthetic" and fmt is None:
         fmt = detect_format(Path(options.trace))
-    trace: Trace | None = None
-    load: FluidLoad | None = None
-    servegen_fluid = fmt == "servegen" and options.mode != "event" and \
-        options.duration_s is None
-    if servegen_fluid:
-        load = fluid_load_from_servegen(Path(options.trace), seed=options.seed,
-                                        scale=options.scale)
-    else:
-        duration = options.duration_s
-        if fmt == "servegen" and duration is None:
-            duration = 3600.0  # event mode: one hour unless asked otherwise
-        trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
-                           seed=options.seed, start_s=options.start_s, duration_s=duration)
-        trace = trace.scaled(options.scale, seed=options.seed)
-        if options.max_prompt_tokens is not None:
-            trace = trace.clipped(options.max_prompt_tokens)
-        if len(trace) == 0:
-            raise TraceError("the trace has no requests after --scale and the time window")
+    trace, load = _workload(options, fmt)
     mode = _resolve_mode(options, trace)
     if mode == "fluid" and load is None:
         assert trace is not None
@@ -266,13 +275,8 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
                    Role.DECODE: int(plan.decode[:lead].max())}
     # The simulated service alone: the controller's cross-pool constraints (P:D ratio
     # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
-    # cluster running this one service; the spec's other services hold their minimums out
-    # of a shared GPU budget (they used to leave this one the whole budget).
-    budget = spec.gpu_budget
-    if budget is not None:
-        budget -= sum(p.min_replicas * p.gpus_per_replica for s in spec.services
-                      if s.name != service.name for p in s.pools.values())
-        initial = _within_budget(initial, service, budget)
+    # cluster running this one service.
+    initial, budget = _within_budget(initial, spec, service)
     setup = _setup(service, options, initial, tick_s=tick_s)
     one = spec.model_copy(update={"services": (service,), "gpu_budget": budget})
     forecasts = None

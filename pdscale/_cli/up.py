@@ -257,6 +257,21 @@ def _stack_already_up(folder: Path) -> int | None:
     return None
 
 
+def _up_dynamo(spec: Spec, folder: Path) -> int:
+    """``pdscale up --engine dynamo`` in ``folder`` (claimed first, released on bad input)."""
+    from pdscale._dynamo_up import up_dynamo
+
+    try:
+        created = _claim(folder)
+    except OSError as exc:
+        err(_unwritable(folder, exc))
+        return EXIT_BAD_INPUT
+    code = up_dynamo(spec, folder)
+    if code == EXIT_BAD_INPUT and created:
+        _unclaim(folder)
+    return code
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     import json
 
@@ -278,17 +293,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if busy is not None:
         return busy
     if args.engine == "dynamo":  # a real Dynamo frontend and mocker workers, and Prometheus
-        from pdscale._dynamo_up import up_dynamo
-
-        try:
-            created = _claim(folder)
-        except OSError as exc:
-            err(_unwritable(folder, exc))
-            return EXIT_BAD_INPUT
-        code = up_dynamo(spec, folder)
-        if code == EXIT_BAD_INPUT and created:
-            _unclaim(folder)
-        return code
+        return _up_dynamo(spec, folder)
     binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
     missing = [name for name, path in binaries.items() if path is None]
     if missing:
