@@ -221,6 +221,9 @@ class EventSimulator:
         n = len(self.arrival)
         end_of_arrivals = self._end_of_arrivals
         while self._events and self._events[0][0] <= until:
+            if (self.finished >= n  # a rejected request counts as finished
+                    and self._events[0][0] > max(self.now, end_of_arrivals)):
+                break  # every request is answered: replicas still starting bill nothing more
             t, _, kind, a, b = heapq.heappop(self._events)
             self.now = t
             if kind == _Ev.ARRIVAL:

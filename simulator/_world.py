@@ -99,6 +99,7 @@ class World(ABC):
             maxlen=self.delay_ticks + 1)
         self.decisions: list[dict[str, Any]] = []
         self.scale_actions = 0
+        self._samples_taken = 0
 
     # -- what a mode implements -----------------------------------------------------------
 
@@ -132,8 +133,12 @@ class World(ABC):
 
     def sample(self, now_s: float, signals: dict[Role, PoolSignals]) -> None:
         """Record the pools' signals at ``now_s``; :meth:`observe` hands them out
-        ``observation_delay_s`` later."""
-        self._snapshots.append((now_s, signals))
+        ``observation_delay_s`` later. The first sample closes a window nothing was
+        measured in (the run starts there), so it is recorded as no data, as a scrape before
+        the first one would be: read as zeros, it told the reactive baseline to scale the
+        fleet to its minimum at t=0 and gave the forecaster a demand of 0 to learn from."""
+        self._samples_taken += 1
+        self._snapshots.append((now_s, signals if self._samples_taken > 1 else {}))
 
     def observe(self, now_s: float) -> SourceResult:
         data_time, delayed = self._snapshots[0] if self._snapshots else (now_s, {})

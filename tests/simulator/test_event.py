@@ -210,8 +210,11 @@ def test_observations_are_delayed_like_prometheus() -> None:
     for obs in policy.seen:
         pool = obs.pools[("svc", Role.PREFILL)]
         assert pool.data_time_s == max(0.0, obs.now_s - 30)
-    rates = {o.now_s: o.pools[("svc", Role.PREFILL)].signals[Signal.REQUEST_RATE]
+    rates = {o.now_s: o.pools[("svc", Role.PREFILL)].signals.get(Signal.REQUEST_RATE)
              for o in policy.seen}
+    # The run's first sample (t=0, nothing measured yet) reads as no data until it is 30 s
+    # old, never as a rate of 0.
+    assert rates[0.0] is None and rates[15.0] is None and rates[30.0] is None
     # The burst starting at 100 s shows in the data 30 s later.
     assert rates[120.0] < 1 < rates[150.0]
 
@@ -256,7 +259,7 @@ def test_the_recent_signals_see_a_burst_the_rate_window_averages_away() -> None:
     assert during and all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] > 0.8 * burst_rate and
                           s[Signal.PROMPT_TOKENS_PER_S] < 0.4 * burst_rate for s in during)
     assert all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] >= s[Signal.PROMPT_TOKENS_PER_S] - 1e-6
-               for s in seen.values() if s[Signal.PROMPT_TOKENS_PEAK_PER_S] is not None)
+               for s in seen.values() if s.get(Signal.PROMPT_TOKENS_PEAK_PER_S) is not None)
     after = [seen[t] for t in seen if 900 <= t <= 1100]  # the window has let go of it
     assert after and all(s[Signal.PROMPT_TOKENS_PEAK_PER_S] < 0.2 * burst_rate for s in after)
     # The burst's queue is served by about 530 s: the 5-minute p95 still carries it, the

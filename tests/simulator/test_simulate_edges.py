@@ -22,10 +22,6 @@ def _spec(**pools: dict[str, object]) -> object:
     return parse_spec(yaml.safe_dump(raw))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, not fixed yet: the fix (stop the event "
-                   "loop once every request is served and the trace is over) moves the "
-                   "benchmark's event-mode GPU-hours by up to 3.7 %, so it lands with a re-run "
-                   "of bench/policies.py and bench/frontier.py (see README, Known defects)")
 def test_replicas_starting_when_the_work_is_done_bill_nothing_more() -> None:
     """A failure's replacement with a 30-minute cold start ran the clock to its readiness:
     2.98 GPU-hours for five replicas over 600 s (at most 0.83)."""
@@ -41,10 +37,6 @@ def test_replicas_starting_when_the_work_is_done_bill_nothing_more() -> None:
     assert abs(s["gpu_hours"] - plain.summary["gpu_hours"]) < 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, not fixed yet: dropping the empty "
-                   "first sample moves the reactive baseline by +1.5 to +23 points and pdscale "
-                   "by up to -0.4 points and -14 % GPU-hours on the one-hour traces, so it "
-                   "lands with the benchmarks re-run (see README, Known defects)")
 def test_the_reactive_baseline_does_not_scale_down_on_the_empty_first_sample() -> None:
     """At t=0 the window is empty and read 0 everywhere: the HPA baseline scaled the fleet to
     its minimum before any load was measured."""
