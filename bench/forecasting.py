@@ -83,7 +83,7 @@ def aggregate_10m(model: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def per_minute(model: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    from simulator._trace import load_servegen
+    from simulator._servegen import load_servegen
 
     path = TRACES / f"servegen_{model}_client_rates.csv.gz"
     counts = np.zeros(14 * 1440)

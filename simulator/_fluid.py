@@ -101,7 +101,8 @@ def fluid_load_from_servegen(path: Path, *, dt_s: float = 5.0, seed: int = 0,
                              scale: float = 1.0, samples: int = 256) -> FluidLoad:
     """ServeGen's aggregate rate per 600 s window (spread evenly over the steps in it) with
     length samples drawn from its 6-hour token-length quantiles."""
-    from simulator._trace import _mix_lengths, _sample_lengths, servegen_load_series
+    from simulator._servegen import _sample_lengths, servegen_load_series
+    from simulator._trace import _mix_lengths
 
     series = servegen_load_series(path)
     rng = np.random.default_rng(seed)

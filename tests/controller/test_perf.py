@@ -69,7 +69,7 @@ COPIES = {
         r"\.(prefill_tokens_per_s|decode_step_ms)\(",
 }
 PHYSICS = {"controller/_perf.py", "controller/_profiles.py", "simulator/_event.py",
-           "simulator/_fluid.py"}
+           "simulator/_decode.py", "simulator/_fluid.py"}
 """The performance model itself, and the simulators, whose physics are the profile's."""
 
 
