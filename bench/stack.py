@@ -1061,7 +1061,7 @@ def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] |
                          policy=row["policy"], start_s=float(row["start_min"]) * 60,
                          duration_s=float(row["minutes"]) * 60, scale=float(row["scale"]),
                          cold_start_s=float(row["cold_start_s"]), seed=int(row.get("seed", 0)),
-                         max_prompt_tokens=MAX_PROMPT_TOKENS)
+                         max_prompt_tokens=MAX_PROMPT_TOKENS, idle_before=True)
     result, _ = simulate(load_spec(spec_path), options)
     s = result.summary
     return {k: s[k] for k in ("slo_attainment", "ttft_p50_s", "ttft_p95_s", "gpu_hours")} | {
@@ -1259,7 +1259,10 @@ def write_results(rows: Sequence[Mapping[str, Any]], opts: BenchOptions) -> int:
     print(checks_md)
     print("Simulator against stack (same window, same replica schedule):\n")
     print(comparison)
-    commands = [*commands, opts.command]
+    # The commands that made the rows, in order; a command run again right after itself
+    # (a re-simulation repeated) is listed once.
+    commands = [c for i, c in enumerate([*commands, opts.command])
+                if i == 0 or c != [*commands, opts.command][i - 1]]
     path.write_text(json.dumps(
         {"bench": "stack", "python": platform.python_version(), "cpus": os.cpu_count(),
          "dynamo": "1.6.1 (frontend + mocker)", "commands": commands, "bin_s": BIN_S,

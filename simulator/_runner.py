@@ -57,8 +57,9 @@ class EventWorld(World):
     """A trace through the event simulator, observed and scaled by the controller."""
 
     def __init__(self, setup: SimSetup, trace: Trace, *,
-                 observation_delay_s: float = 30.0) -> None:
-        super().__init__(setup, observation_delay_s=observation_delay_s)
+                 observation_delay_s: float = 30.0, idle_before: bool = False) -> None:
+        super().__init__(setup, observation_delay_s=observation_delay_s,
+                         idle_before=idle_before)
         self.sim = EventSimulator(setup, trace)
         self.sim.on_tick = self._on_sim_tick
         self.window_ticks = max(1, round(RATE_WINDOW_S / setup.tick_s))

@@ -73,6 +73,11 @@ class SimOptions:
     max_prompt_tokens: int | None = None
     """Prompts longer than this are clipped to it (None: as recorded), as a deployment's
     context limit clips them; a replay against a real stack clips them the same way."""
+    idle_before: bool = False
+    """The pools ran idle, and were measured, before the trace starts (a fresh deployment the
+    load then reaches, as on the real-stack benchmark): the first sample reads 0 load. By
+    default the trace is a window cut from continuous traffic and the first sample is no
+    data."""
 
 
 def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
@@ -314,10 +319,12 @@ def world_for(prepared: Prepared, options: SimOptions) -> World:
     if prepared.mode == "event":
         assert prepared.trace is not None
         return EventWorld(prepared.setup, prepared.trace,
-                          observation_delay_s=options.observation_delay_s)
+                          observation_delay_s=options.observation_delay_s,
+                          idle_before=options.idle_before)
     assert prepared.load is not None
     return FluidWorld(prepared.setup, prepared.load,
-                      observation_delay_s=options.observation_delay_s)
+                      observation_delay_s=options.observation_delay_s,
+                      idle_before=options.idle_before)
 
 
 def simulate(spec: Spec, options: SimOptions, *, policy: Policy | None = None,

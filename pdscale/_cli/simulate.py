@@ -73,7 +73,7 @@ def _simulate(args: argparse.Namespace) -> int:
                          service=args.service, router=args.router, start_s=args.start,
                          duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
                          failures=tuple(args.fail or ()),
-                         prefix_hit=args.prefix_hit)
+                         prefix_hit=args.prefix_hit, idle_before=args.idle_before)
     if args.live:
         return _run_live(spec, options, args)
     progress = Progress(f"simulating {args.policy}")
@@ -137,7 +137,8 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     assert prepared.trace is not None
     service = spec.service(prepared.setup.service)
     world = EventWorld(prepared.setup, prepared.trace,
-                       observation_delay_s=options.observation_delay_s)
+                       observation_delay_s=options.observation_delay_s,
+                       idle_before=options.idle_before)
     attach_reconciler(world, prepared.policy, spec=prepared.spec,
                       forecasts=prepared.forecasts)
     sim = world.sim
@@ -218,6 +219,11 @@ def register(sub: Any) -> None:
     p.add_argument("--fail", action="append", type=failure, metavar="SECONDS:ROLE",
                    help="lose a replica of ROLE at SECONDS, from 0 up to (not including) "
                         "--duration or the trace's length (repeatable)")
+    p.add_argument("--idle-before", action="store_true",
+                   help="the pools ran idle and were measured before the trace starts (a fresh "
+                        "deployment the load then reaches): the first sample reads 0 load. "
+                        "Default: the trace is cut from continuous traffic, and the first "
+                        "sample is no data")
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",

@@ -42,8 +42,20 @@ def test_the_reactive_baseline_does_not_scale_down_on_the_empty_first_sample() -
     its minimum before any load was measured."""
     result, _ = simulate(_spec(), SimOptions(policy="reactive", mode="event",
                                              duration_s=300.0, scale=3.0))
-    early = [d for d in result.decisions if float(d["time"]) < 30]
-    assert early == [] or all(int(d["desired"]) >= int(d["current"]) for d in early)
+    early = [d for d in result.decisions if float(d["t"]) < 30]
+    assert early == [] or all(int(d["to"]) >= int(d["from"]) for d in early)
+
+
+def test_pools_measured_idle_before_the_trace_read_zero_load_at_first() -> None:
+    """idle_before (a fresh deployment the load then reaches, as on the real-stack benchmark,
+    whose reactive run scaled prefill 3 -> 1 on a utilisation of 0.00 before the window):
+    the first sample is the idle pools' zeros, and the HPA baseline acts on them at once."""
+    options = SimOptions(policy="reactive", mode="event", duration_s=300.0, scale=3.0,
+                         idle_before=True)
+    result, _ = simulate(_spec(), options)
+    first = [d for d in result.decisions if float(d["t"]) < 30]
+    assert first and all(int(d["to"]) < int(d["from"]) for d in first)
+    assert any("utilisation 0.00" in r for d in first for r in d["reasons"])
 
 
 def test_prefix_hit_is_fluid_modes_assumption_only() -> None:
