@@ -236,3 +236,20 @@ def test_the_local_stack_is_rendered_by_a_pure_function(tmp_path: Path) -> None:
     assert targets == ["127.0.0.1:1001", "127.0.0.1:1004"]
     controller = dict((n, a) for n, a, _ in stack.commands)["controller"]  # type: ignore[attr-defined]
     assert "http://127.0.0.1:1001" in controller and "127.0.0.1:1004" in controller
+
+
+def test_simulate_idle_before_starts_on_measured_idle_pools(tmp_path: Path) -> None:
+    """--idle-before: the first sample is the idle pools' zeros, and the HPA baseline scales
+    down on it at t=0; by default that sample is no data and nothing is decided on it."""
+    import json
+
+    firsts = {}
+    for flag in ([], ["--idle-before"]):
+        out = tmp_path / ("idle" if flag else "cut")
+        assert main(["simulate", "--spec", str(ROOT / "examples" / "vllm.yaml"),
+                     "--policy", "reactive", "--mode", "event", "--duration", "120", "--scale", "3",
+                     "--no-plots", *flag, "--out", str(out)]) == 0
+        decisions = json.loads((out / "decisions.json").read_text())
+        firsts[bool(flag)] = [d for d in decisions if float(d["t"]) == 0.0]
+    assert firsts[False] == []
+    assert firsts[True] and all(d["to"] < d["from"] for d in firsts[True])
