@@ -9,7 +9,6 @@ import contextlib
 import io
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from simulator import EventSimulator, synthetic_trace
 from simulator._live import LiveCluster, serve_live
 from simulator._simulate import SimOptions, prepare
 from tests.conftest import ROOT, free_port, need_tool
-from tests.e2e.prom import api, prometheus
+from tests.e2e.prom import api, eventually, prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -88,13 +87,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                  "metric_relabel_configs": [_blank("vllm:kv_cache_usage_perc", "pod")]},
             ]}
         with prometheus(config, tmp, free_port()) as url:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                up = api(url, "/api/v1/query", {"query": "sum(up)"})["data"]["result"]
-                if up and float(up[0]["value"][1]) == 2:
-                    break
-                time.sleep(0.5)
-            time.sleep(2)  # a few samples of every series
+            # Both targets up, and a few samples of every series: three scrapes of each job
+            # (counted, not slept for: a loaded machine scrapes late).
+            def scrapes() -> dict[str, float]:
+                rows = api(url, "/api/v1/query", {
+                    "query": "count_over_time(up[5m]) and on (job) (up == 1)"})["data"]["result"]
+                return {r["metric"]["job"]: float(r["value"][1]) for r in rows}
+
+            eventually(lambda: len(scrapes()) == 2 and min(scrapes().values()) >= 3, 30,
+                       "three scrapes of both live simulators, each up",
+                       lambda: f"scrapes of jobs that are up: {scrapes()}")
             yield {"url": url, "dynamo": dynamo_path, "vllm": vllm_path, "live": dynamo,
                    "sims": {"dynamo": dyn_sim, "vllm": vllm_sim}, "tmp": tmp}
 

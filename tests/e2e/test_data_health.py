@@ -58,6 +58,22 @@ def _job(address: str, pod: str) -> dict[str, Any]:
                                 "labels": {"namespace": "llm", "pod": pod}}]}
 
 
+_UP = 'up{job="chat-prefill-0"}'
+
+
+def _value(url: str, expr: str) -> float | None:
+    rows = api(url, "/api/v1/query", {"query": expr})["data"]["result"]
+    return float(rows[0]["value"][1]) if rows else None
+
+
+def _evaluated_at(url: str) -> float:
+    """When the rules last evaluated the prefill pool: the timestamp of a series its group
+    records (a plain selector, so the sample's own time: the group's evaluation time, the same
+    for every rule of the group); 0 before the first evaluation."""
+    return _value(url, 'timestamp(pdscale_pool:targets:count{pdscale_service="chat", '
+                       'pdscale_pool="prefill"})') or 0.0
+
+
 def test_a_dead_target_is_degraded_within_a_scrape_and_an_evaluation(tmp_path: Path) -> None:
     need_tool("prometheus")
     prom_port = free_port()
@@ -92,10 +108,19 @@ def test_a_dead_target_is_degraded_within_a_scrape_and_an_evaluation(tmp_path: P
                     assert 0 <= float(age["data"]["result"][0]["value"][1]) < 5
                     # The prefill pod's exporter dies (its socket closes: scrapes fail).
                     prefill_addr.close()
-                    killed = time.time()
-                    # One failed scrape (1 s interval) and one rule evaluation (1 s), with
-                    # slack for a loaded machine, then a tick.
-                    time.sleep(max(0.0, killed + 3.5 - time.time()))
+                    # Wait for what the claim is about, not a wall-clock guess (a loaded
+                    # machine scrapes and evaluates late): Prometheus has recorded one failed
+                    # scrape of the pod, then evaluated the rules once after it. Then a tick.
+                    def failed_scrape() -> bool:
+                        return _value(url, _UP) == 0.0
+
+                    eventually(failed_scrape, 20, "Prometheus to record a failed scrape of "
+                               "chat-prefill-0", lambda: f"up is {_value(url, _UP)}")
+                    failed = time.time()
+                    eventually(lambda: _evaluated_at(url) > failed, 20,
+                               "a rule evaluation after the failed scrape",
+                               lambda: f"rules last evaluated at {_evaluated_at(url)}, the "
+                                       f"failure seen at {failed}")
                     report = rec.tick()
                     prefill, decode = report.decisions[P], report.decisions[D]
                     assert prefill.cause == "degraded", prefill.reasons

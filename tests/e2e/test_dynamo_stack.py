@@ -108,12 +108,52 @@ def _trace(n: int, span_s: float, prompt: int, output: int) -> Trace:
                  output_tokens=np.full(n, output, dtype=np.int64))
 
 
-def _until(predicate: Any, timeout_s: float, what: str) -> None:
+def _until(predicate: Any, timeout_s: float, what: str, detail: Any = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
+                                 + (f"; {detail()}" if detail else ""))
         time.sleep(0.1)
+
+
+def _streams_on_every_worker(act: Any, key: Any, *, every_request: int | None = None,
+                             timeout_s: float = 20.0) -> None:
+    """Wait until every worker of the pool has requests in flight (by its own metrics), and
+    with ``every_request`` until that many are in flight in all (every request of the trace
+    sent and streaming): the replayer's streams are flowing, however late a loaded machine
+    started them."""
+    def loads() -> dict[str, float]:
+        return {w.name: _metric(w.port, "dynamo_component_inflight_requests")
+                for w in act.workers(key) if w.phase != "draining"}
+
+    def flowing() -> bool:
+        now = loads()
+        return all(v > 0 for v in now.values()) and (
+            every_request is None or sum(now.values()) >= every_request)
+
+    _until(flowing, timeout_s, "streams in flight on every worker"
+           + (f", {every_request} in all" if every_request else ""),
+           lambda: f"in flight: {loads()}")
+
+
+class _Timer(threading.Thread):
+    """A thread whose exception fails the test (re-raised by :meth:`join`)."""
+
+    def __init__(self, target: Any, *args: Any) -> None:
+        super().__init__(target=target, args=args, daemon=True)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
 def test_stack_answers_streaming_chat_and_stops_by_pid(make_stack: Any,
@@ -123,6 +163,10 @@ def test_stack_answers_streaming_chat_and_stops_by_pid(make_stack: Any,
     chunks, usage = _chat(stack.frontend_url, service.model_name, " ".join(words[:37]), 9)
     assert len(chunks) == 9
     assert usage["prompt_tokens"] == 37 and usage["completion_tokens"] == 9
+    # The frontend counts a request when it lets go of the stream, which can be a moment
+    # after the client has read the last chunk: wait for the count, then check it.
+    _until(lambda: _metric(stack.frontend_port, "dynamo_frontend_requests_total") > 0, 10,
+           "the frontend to count the request")
     assert _metric(stack.frontend_port, "dynamo_frontend_requests_total") == 1
     pids = _pids(stack)
     assert len(pids) == 3 and all(alive(p) for p in pids)
@@ -178,13 +222,14 @@ def test_scale_down_drains_in_flight_requests(make_stack: Any, service: ServiceS
     victims: list[Any] = []
 
     def scale_down() -> None:
-        time.sleep(1.0)  # the streams are flowing (each lasts about 2 s)
+        # Every request sent (over 0.3 s), the streams flowing (each lasts about 2 s).
+        _streams_on_every_worker(act, key, every_request=12)
         loads.update({w.name: _metric(w.port, "dynamo_component_inflight_requests")
                       for w in act.workers(key)})
         act.set_replicas(key, 1, ["test"])
         victims.extend(w for w in act.workers(key) if w.phase == "draining")
 
-    timer = threading.Thread(target=scale_down)
+    timer = _Timer(scale_down)
     timer.start()
     result = replay(_trace(12, 0.3, 50, 300), stack.frontend_url, service.model_name,
                     vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5, slo_itl_s=0.05,
@@ -324,7 +369,7 @@ def test_a_drained_scale_down_under_load_fails_nothing_and_stops_the_least_loade
     stopped: list[str] = []
 
     def scale_down(drain: bool) -> None:
-        time.sleep(1.5)  # streams of ~4 s are flowing on every worker
+        _streams_on_every_worker(act, key)  # streams of ~4 s are flowing on every worker
         current = act.read_status(key).desired
         if drain:
             drainer.reach(key, current - 1, current=current, reasons=["test"],
@@ -335,7 +380,7 @@ def test_a_drained_scale_down_under_load_fails_nothing_and_stops_the_least_loade
 
     def load_with(drain: bool) -> Any:
         stopped.clear()
-        timer = threading.Thread(target=scale_down, args=(drain,))
+        timer = _Timer(scale_down, drain)
         timer.start()
         result = replay(_trace(24, 2.5, 50, 500), stack.frontend_url, service.model_name,
                         vocabulary_from_model(stack.model_dir), slo_ttft_s=0.5,

@@ -199,7 +199,12 @@ def test_surge_alert_scales_prefill_then_resolves(loop: dict[str, Any]) -> None:
         "the decision recorded")
     assert decisions[0].cause == "reaction"
     assert any("reaction" in r for r in decisions[0].reasons)
-    assert any(e["reason"] == "PdscaleAlertReaction" for e in loop["state"].events)
+    # The webhook's worker posts the Event after recording the reaction, on its own thread,
+    # while the tick it woke scales: the Event may land a moment after the decision.
+    eventually(lambda: any(e["reason"] == "PdscaleAlertReaction"
+                           for e in list(loop["state"].events)), 10,
+               "the reaction recorded as a Kubernetes Event",
+               lambda: f"events {[e['reason'] for e in list(loop['state'].events)]}")
     # Resolution. The TTFT alert is a 5-minute p95 and stays firing for minutes after the pool
     # recovers, and live mode serves every pod from one scrape target (so the per-pod `up`
     # behind the queue-backlog alert is missing). So a second alert goes in through
