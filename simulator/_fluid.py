@@ -292,9 +292,8 @@ class FluidWorld(World):
     """A fluid load through the aggregate model, observed and scaled by the controller."""
 
     def __init__(self, setup: SimSetup, load: FluidLoad, *,
-                 observation_delay_s: float = 30.0, idle_before: bool = False) -> None:
-        super().__init__(setup, observation_delay_s=observation_delay_s,
-                         idle_before=idle_before)
+                 observation_delay_s: float = 30.0) -> None:
+        super().__init__(setup, observation_delay_s=observation_delay_s)
         self.load = load
         self.cold_starts = ColdStarts(setup.seed)
         self.dt = load.dt_s

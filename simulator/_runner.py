@@ -56,6 +56,8 @@ class _Minute:
 class EventWorld(World):
     """A trace through the event simulator, observed and scaled by the controller."""
 
+    first_window_empty = True  # its first tick is at t=0, before any arrival is simulated
+
     def __init__(self, setup: SimSetup, trace: Trace, *,
                  observation_delay_s: float = 30.0, idle_before: bool = False) -> None:
         super().__init__(setup, observation_delay_s=observation_delay_s,

@@ -74,10 +74,11 @@ class SimOptions:
     """Prompts longer than this are clipped to it (None: as recorded), as a deployment's
     context limit clips them; a replay against a real stack clips them the same way."""
     idle_before: bool = False
-    """The pools ran idle, and were measured, before the trace starts (a fresh deployment the
-    load then reaches, as on the real-stack benchmark): the first sample reads 0 load. By
-    default the trace is a window cut from continuous traffic and the first sample is no
-    data."""
+    """Event mode: the pools ran idle, and were measured, before the trace starts (a fresh
+    deployment the load then reaches, as on the real-stack benchmark): the first sample, at
+    t=0, reads the idle pools. By default the trace is a window cut from continuous traffic
+    and that sample is no data. Fluid mode's first sample follows its first step, measured,
+    so the option is refused there."""
 
 
 def _plan_from_load(load: FluidLoad, setup: SimSetup) -> DemandPlan:
@@ -260,6 +261,10 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     late = _failures_outside(options, trace, load)
     if late is not None:
         raise ValueError(late)
+    if options.idle_before and mode == "fluid":
+        raise ValueError("--idle-before is for event mode: a fluid run's first sample follows "
+                         "its first step and is measured already; drop it, or pass --mode "
+                         "event (traces up to hours)")
     # Size the pools: the oracle's plan gives the static peak and everyone's start.
     tick_s = float(spec.controller.tick)
     probe = _setup(service, options, {Role.PREFILL: 1, Role.DECODE: 1}, tick_s=tick_s)
@@ -323,8 +328,7 @@ def world_for(prepared: Prepared, options: SimOptions) -> World:
                           idle_before=options.idle_before)
     assert prepared.load is not None
     return FluidWorld(prepared.setup, prepared.load,
-                      observation_delay_s=options.observation_delay_s,
-                      idle_before=options.idle_before)
+                      observation_delay_s=options.observation_delay_s)
 
 
 def simulate(spec: Spec, options: SimOptions, *, policy: Policy | None = None,

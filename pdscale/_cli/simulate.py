@@ -220,10 +220,10 @@ def register(sub: Any) -> None:
                    help="lose a replica of ROLE at SECONDS, from 0 up to (not including) "
                         "--duration or the trace's length (repeatable)")
     p.add_argument("--idle-before", action="store_true",
-                   help="the pools ran idle and were measured before the trace starts (a fresh "
-                        "deployment the load then reaches): the first sample reads 0 load. "
-                        "Default: the trace is cut from continuous traffic, and the first "
-                        "sample is no data")
+                   help="event mode: the pools ran idle and were measured before the trace "
+                        "starts (a fresh deployment the load then reaches): the first sample, "
+                        "at t=0, reads the idle pools. Default: the trace is cut from "
+                        "continuous traffic, and that sample is no data")
     p.add_argument("--skip-bad-rows", action="store_true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--live", action="store_true",

@@ -153,3 +153,22 @@ def test_fluid_mode_waits_for_the_replacement_not_forever() -> None:
     assert math.isfinite(s["ttft_p95_s"]) and s["ttft_p95_s"] < 5 * cold
     assert all(math.isfinite(r["ttft_p95_s"]) for r in result.timeseries
                if not math.isnan(r["ttft_p95_s"]))
+
+
+def test_fluid_modes_first_sample_is_measured_and_idle_before_is_refused() -> None:
+    """Fluid mode samples after its first step: that sample is data, kept; event mode's first
+    sample, at t=0, closes a window nothing was simulated in, and is no data."""
+    from simulator._simulate import prepare, world_for
+
+    seen = {}
+    for mode in ("fluid", "event"):
+        options = SimOptions(policy="static", mode=mode, duration_s=300.0, scale=3.0,
+                             observation_delay_s=0.0)
+        world = world_for(prepare(_spec(), options), options)
+        world.advance(0.0)
+        seen[mode] = world.observe(0.0).observation.pools[("llama-chat", Role.PREFILL)].signals
+    assert all(v is None for v in seen["event"].values())
+    assert any(v for v in seen["fluid"].values())
+    with pytest.raises(ValueError, match="--idle-before is for event mode"):
+        simulate(_spec(), SimOptions(policy="reactive", mode="fluid", duration_s=300.0,
+                                     idle_before=True))
