@@ -1259,10 +1259,10 @@ def write_results(rows: Sequence[Mapping[str, Any]], opts: BenchOptions) -> int:
     print(checks_md)
     print("Simulator against stack (same window, same replica schedule):\n")
     print(comparison)
-    # The commands that made the rows, in order; a command run again right after itself
-    # (a re-simulation repeated) is listed once.
-    commands = [c for i, c in enumerate([*commands, opts.command])
-                if i == 0 or c != [*commands, opts.command][i - 1]]
+    # The commands that made the rows, in order. A re-simulation right after the same one
+    # changes no stack run and is listed once; every stack run is listed, repeats included.
+    if not (opts.resimulate and commands and commands[-1] == opts.command):
+        commands = [*commands, opts.command]
     path.write_text(json.dumps(
         {"bench": "stack", "python": platform.python_version(), "cpus": os.cpu_count(),
          "dynamo": "1.6.1 (frontend + mocker)", "commands": commands, "bin_s": BIN_S,

@@ -223,8 +223,12 @@ class EventSimulator(_DecodePool):
         end_of_arrivals = self._end_of_arrivals
         while self._events and self._events[0][0] <= until:
             if (self.finished >= n  # a rejected request counts as finished
-                    and self._events[0][0] > max(self.now, end_of_arrivals)):
-                break  # every request is answered: replicas still starting bill nothing more
+                    and self._events[0][0] > max(self.now, end_of_arrivals)
+                    and (until == math.inf or not settle)):
+                # Every request is answered: replicas still starting bill nothing more. (A
+                # settling step, live mode's, runs its events in order instead: its clock
+                # reads ``until`` after the step, and a skipped event would run in the past.)
+                break
             t, _, kind, a, b = heapq.heappop(self._events)
             self.now = t
             if kind == _Ev.ARRIVAL:

@@ -289,3 +289,23 @@ def test_prefix_aware_routing_raises_the_cache_hit_rate() -> None:
         sim.run()
         hits[router] = sim.cached.sum() / sim.prompt.sum()
     assert hits["prefix"] > 1.5 * hits["least_loaded"]
+
+
+def test_a_settling_step_runs_events_in_order_after_the_work_is_done() -> None:
+    """Live mode steps with a settling clock. Once every request was answered, the stop for
+    replicas still starting skipped their readiness, the clock settled past it, and the next
+    step ran it in the past (the clock went backwards)."""
+    setup = _setup(tick_s=15.0)
+    setup = replace(setup, prefill=replace(setup.prefill, cold_start_s=60.0,
+                                           cold_start_spread=0.0))
+    sim = EventSimulator(setup, _trace(np.linspace(0, 5, 10), 200, 5))
+    sim.start()
+    sim.advance(50.0)
+    assert sim.finished == 10 and sim.now == 50.0
+    sim.set_replicas(Role.PREFILL, 2)  # ready at 110 s
+    clock = [sim.now]
+    for until in (100.0, 120.0, 140.0):
+        sim.advance(until)
+        clock.append(sim.now)
+        assert all(t > until for t, *_ in sim._events)  # nothing due is left behind
+    assert clock == sorted(clock) and sim.counts(Role.PREFILL)["ready"] == 2
