@@ -56,12 +56,10 @@ class _Minute:
 class EventWorld(World):
     """A trace through the event simulator, observed and scaled by the controller."""
 
-    first_window_empty = True  # its first tick is at t=0, before any arrival is simulated
-
     def __init__(self, setup: SimSetup, trace: Trace, *,
                  observation_delay_s: float = 30.0, idle_before: bool = False) -> None:
-        super().__init__(setup, observation_delay_s=observation_delay_s,
-                         idle_before=idle_before)
+        super().__init__(setup, observation_delay_s=observation_delay_s)
+        self.idle_before = idle_before
         self.sim = EventSimulator(setup, trace)
         self.sim.on_tick = self._on_sim_tick
         self.window_ticks = max(1, round(RATE_WINDOW_S / setup.tick_s))
@@ -130,7 +128,15 @@ class EventWorld(World):
             first_tokens=list(sim.window_first_tokens), itl_hist=sim.window_itl_hist.copy(),
             busy_s={r: self._busy_delta(r) for r in Role}))
         signals = {Role.PREFILL: self._prefill_signals(), Role.DECODE: self._decode_signals()}
-        self.sample(now, signals)
+        # The first tick, at t=0, closes a window before the trace. By default the trace is a
+        # window cut from continuous traffic that nothing measured: no data, as a scrape
+        # before the first one would be (read as zeros, it told the reactive baseline to scale
+        # the fleet to its minimum at t=0 and gave the forecaster a demand of 0 to learn
+        # from). With ``idle_before`` the pools ran idle, measured, before the load reached
+        # them (a fresh deployment, as on the real-stack benchmark): the zeros are the data.
+        # (Fluid mode samples after its first step: its first sample is measured.)
+        first = not self._snapshots
+        self.sample(now, {} if first and not self.idle_before else signals)
         self._record(now, signals)
         self._sampled_at = now
 

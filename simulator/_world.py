@@ -92,20 +92,13 @@ class World(ABC):
     Subclasses simulate (:meth:`advance`), call :meth:`sample` at every tick time with the
     pools' signals, report replicas (:meth:`replicas`) and apply scaling (:meth:`scale`)."""
 
-    first_window_empty = False
-    """The mode's first sample closes a window before the trace (event mode samples at t=0,
-    before simulating anything); fluid mode's first sample follows its first step, measured."""
-
-    def __init__(self, setup: SimSetup, *, observation_delay_s: float,
-                 idle_before: bool = False) -> None:
+    def __init__(self, setup: SimSetup, *, observation_delay_s: float) -> None:
         self.setup = setup
-        self.idle_before = idle_before
         self.delay_ticks = max(0, round(observation_delay_s / setup.tick_s))
         self._snapshots: deque[tuple[float, dict[Role, PoolSignals]]] = deque(
             maxlen=self.delay_ticks + 1)
         self.decisions: list[dict[str, Any]] = []
         self.scale_actions = 0
-        self._samples_taken = 0
 
     # -- what a mode implements -----------------------------------------------------------
 
@@ -139,18 +132,8 @@ class World(ABC):
 
     def sample(self, now_s: float, signals: dict[Role, PoolSignals]) -> None:
         """Record the pools' signals at ``now_s``; :meth:`observe` hands them out
-        ``observation_delay_s`` later. In a mode whose first sample closes the window before
-        the trace (:attr:`first_window_empty`), by default the trace is a window cut from
-        continuous traffic that nothing measured, so that sample is recorded as no data, as a
-        scrape before the first one would be (read as zeros, it told the reactive baseline to
-        scale the fleet to its minimum at t=0 and gave the forecaster a demand of 0 to learn
-        from). With ``idle_before`` the pools were running and measured idle before the load
-        reached them (a fresh deployment, as on the real-stack benchmark), and the sample's
-        zeros are what a scrape would read."""
-        self._samples_taken += 1
-        first_unmeasured = (self.first_window_empty and self._samples_taken == 1
-                            and not self.idle_before)
-        self._snapshots.append((now_s, {} if first_unmeasured else signals))
+        ``observation_delay_s`` later (``{}``: nothing was measured)."""
+        self._snapshots.append((now_s, signals))
 
     def observe(self, now_s: float) -> SourceResult:
         data_time, delayed = self._snapshots[0] if self._snapshots else (now_s, {})
