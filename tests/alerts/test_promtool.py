@@ -214,18 +214,29 @@ def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
              "value": 0.9}]}])
 
 
+def _two_decode_pods(service: Any, signal: Any, metric: str
+                     ) -> tuple[dict[str, str], dict[str, str]]:
+    """Label sets of ``metric`` for two decode pods that the pool's expression of ``signal``
+    selects (its first and second example pods)."""
+    from alerts._promtool import _example_labels
+    from pdscale.spec import Role
+    from telemetry import pool_expr
+
+    expr = pool_expr(signal, service, Role.DECODE)
+    first = _example_labels(expr, metric, 0)
+    second = _example_labels(expr, metric, 1)
+    assert first is not None and second is not None and first["pod"] != second["pod"]
+    return first, second
+
+
 def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> None:
     """DCGM_FI_DEV_XID_ERRORS holds the last XID code: a pod that lands on a GPU which once
     reported 79 inherits the value, and used to be drained for it. Only a change pages."""
-    from alerts._promtool import _example_labels, _series_text
-    from pdscale.spec import Role
-    from telemetry import Signal, pool_expr
+    from alerts._promtool import _series_text
+    from telemetry import Signal
 
     service, promtool_run = _vllm_rules(tmp_path)
-    expr = pool_expr(Signal.GPU_XID_ERRORS, service, Role.DECODE)
-    old = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 0)
-    new = _example_labels(expr, "DCGM_FI_DEV_XID_ERRORS", 1)
-    assert old is not None and new is not None and old["pod"] != new["pod"]
+    old, new = _two_decode_pods(service, Signal.GPU_XID_ERRORS, "DCGM_FI_DEV_XID_ERRORS")
     inputs = [
         # A pod scheduled on a GPU whose last XID was 79 long ago: the value, no change.
         {"series": _series_text("DCGM_FI_DEV_XID_ERRORS", {**old, "gpu": "0"}),
@@ -246,15 +257,11 @@ def test_the_vllm_queue_falls_back_per_pod_during_a_rolling_upgrade(tmp_path: Pa
     """A newer vLLM pod breaks its queue down by reason, an older one does not: the pool's
     queue is the newer pod's capacity wait plus the older pod's whole queue (the fallback
     was per pool, so the older pods' queues vanished while both ran)."""
-    from alerts._promtool import _example_labels, _series_text
-    from pdscale.spec import Role
-    from telemetry import Signal, pool_expr, recorded_name
+    from alerts._promtool import _series_text
+    from telemetry import Signal, recorded_name
 
     service, promtool_run = _vllm_rules(tmp_path)
-    expr = pool_expr(Signal.QUEUE_DEPTH, service, Role.DECODE)
-    new = _example_labels(expr, "vllm:num_requests_waiting", 0)
-    old = _example_labels(expr, "vllm:num_requests_waiting", 1)
-    assert new is not None and old is not None and new["pod"] != old["pod"]
+    new, old = _two_decode_pods(service, Signal.QUEUE_DEPTH, "vllm:num_requests_waiting")
     inputs = [
         {"series": _series_text("vllm:num_requests_waiting_by_reason",
                                 {**new, "reason": "capacity"}), "values": "3x10"},
