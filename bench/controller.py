@@ -106,7 +106,7 @@ def _signal_values() -> dict[Any, float]:
               Signal.ITL_P95_S: 0.03, Signal.QUEUE_DEPTH: 1.0, Signal.REQUEST_RATE: 60.0,
               Signal.PROMPT_TOKENS_COMPUTED_PER_S: 105_000.0, Signal.TTFT_P95_RECENT_S: 0.3,
               Signal.PROMPT_TOKENS_PEAK_PER_S: 180_000.0, Signal.KV_CACHE_USAGE_RATIO: 0.4,
-              Signal.RUNNING_REQUESTS: 40.0}
+              Signal.RUNNING_REQUESTS: 40.0, Signal.PROMPT_TOKENS_DISPERSION: 30_000.0}
     missing = [s.value for s in POLICY_SIGNALS if s not in values]
     if missing:
         raise SystemExit(f"bench/controller.py has no value for the policy's signals "

@@ -81,10 +81,15 @@ class CapacityModel:
         return prefill_capacity(self.profile, self.mean_prompt_tokens, mean_sq,
                                 headroom=headroom)
 
+    def saturated_prefill(self) -> float:
+        """Prefill: uncached prompt tokens/s one replica computes saturated, for the length
+        mix, by the profile alone (no headroom, no correction)."""
+        return self._prefill_capacity(1.0)
+
     def prefill_queue_s(self, queue: float, ready: int) -> float:
         """Prefill: seconds ``ready`` replicas need to work through ``queue`` waiting prompts
         of the mean length at the profile's saturated throughput (inf if it has none)."""
-        saturated = self._prefill_capacity(1.0)
+        saturated = self.saturated_prefill()
         if saturated <= 0:
             return math.inf
         return queue * self.mean_prompt_tokens / (max(ready, 1) * saturated)

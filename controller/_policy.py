@@ -11,7 +11,8 @@ each tick and keeps each pool's state (its capacity model, cold-start tracker an
    [now, now + lead], lead = the pool's learned cold-start p90 + one tick;
 3. size (:mod:`controller._sizing`, pure): the replicas the load needs, with the
    burst hold (for prefill at least the peak one-minute demand of the rate window), a
-   prefill burst's backlog and the reactive path (whose latency-only "+1" needs the last
+   prefill burst's backlog, the TTFT tail given the measured dispersion of arriving prompt
+   tokens (prefill) and the reactive path (whose latency-only "+1" needs the last
    minute's TTFT p95 over the SLO too, not only the 5-minute one);
 4. stabilise and bound (:mod:`controller._stabilise`, pure): up at once, down after the
    window and in steps, within min and max.
@@ -54,7 +55,7 @@ from controller._profiles import load_profile
 from controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL, SizingInputs, size
 from controller._stabilise import PoolHistory, bound, stabilise
 from pdscale.spec import ControllerSettings, Role, Spec
-from telemetry import RATE_WINDOW_S, Signal
+from telemetry import DISPERSION_WINDOW_S, RATE_WINDOW_S, Signal
 
 __all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_forecasts",
            "build_policy"]
@@ -163,6 +164,16 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
         return False
     p95 = pool.signals.get(Signal.TTFT_P95_S)
     return clear_s > capacity.slo_s or p95 is None or p95 > LATENCY_GATE_SHARE * capacity.slo_s
+
+
+def _dispersion(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the arriving prompt tokens' index of dispersion in demand units (scaled by the
+    share of prompt tokens the pool computes itself, as the demand is); None when unread."""
+    value = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
+    prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return value * (min(1.0, demand / prompt) if prompt else 1.0)
 
 
 def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
@@ -310,7 +321,10 @@ class PdscalePolicy:
             nominal_per_replica=cap.nominal_per_replica(),
             hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,
             drain_s=float(settings.drain_time), lead_s=lead,
-            quantile=settings.scale_up_quantile, correction=cap.correction))
+            quantile=settings.scale_up_quantile, correction=cap.correction,
+            dispersion=_dispersion(pool, demand) if prefill else None,
+            dispersion_window_s=DISPERSION_WINDOW_S,
+            saturated_per_replica=cap.saturated_prefill() if prefill else 0.0))
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)

@@ -23,14 +23,21 @@ from typing import Literal
 
 from pdscale import _engines
 from pdscale.spec import Engine, Role, ServiceSpec, Spec
-from telemetry import SeriesRef, Signal, engine_signals, series_refs, slo_bucket_ref
+from telemetry import (
+    DISPERSION_WINDOW_S,
+    SeriesRef,
+    Signal,
+    engine_signals,
+    series_refs,
+    slo_bucket_ref,
+)
 
 __all__ = ["CheckRow", "Query", "check_spec", "render_json", "render_table"]
 
 Query = Callable[[str], list[tuple[dict[str, str], float]]]
 """An instant query at the check's time: (labels, value) per row."""
 
-Status = Literal["ok", "stale", "missing", "absent-optional", "no-bucket"]
+Status = Literal["ok", "stale", "missing", "absent-optional", "no-bucket", "coarse"]
 
 CONTROLLER_NEEDS: dict[Role, tuple[Signal, ...]] = {
     # The policy's demand and latency per role (controller._policy DEMAND_SIGNAL and
@@ -146,6 +153,30 @@ def _probe(query: Query, ref: SeriesRef, at_s: float) -> tuple[int, int, float |
     return len(rows), len(pods), max(0.0, at_s - max(v for _, v in rows))
 
 
+FINE_SIGNALS = (Signal.PROMPT_TOKENS_DISPERSION,)
+"""Signals recorded from a rate over :data:`telemetry.DISPERSION_WINDOW_S`: their series exist
+at any scrape interval, but read empty unless it is at most half that window."""
+
+
+def fine_share_expr(selector: str) -> str:
+    """PromQL: the samples the median :data:`telemetry.DISPERSION_WINDOW_S` window of the last
+    minute held, for the series with the fewest (what the recording rule's own check reads)."""
+    w = f"{DISPERSION_WINDOW_S:g}s"
+    return f"min(quantile_over_time(0.5, count_over_time({selector}[{w}])[1m:{w}]))"
+
+
+def _coarse(query: Query, ref: SeriesRef) -> str | None:
+    """Why ``ref``'s scrape is too coarse for the dispersion's windows, or None."""
+    rows = query(fine_share_expr(ref.selector()))
+    samples = rows[0][1] if rows else 0.0
+    if samples >= 2:
+        return None
+    return (f"the median {DISPERSION_WINDOW_S:g}s window of the last minute held {samples:g} "
+            f"sample(s), and this signal needs two (a scrape every "
+            f"{DISPERSION_WINDOW_S / 2:g}s or less): it reads empty, and the prefill tail model "
+            "(sizing for clumped arrivals) is off")
+
+
 def _bucket_row(query: Query, service: ServiceSpec, index: int,
                 kind: Literal["ttft", "itl"], at_s: float, stale_after_s: float) -> CheckRow:
     role = Role.PREFILL if kind == "ttft" else Role.DECODE
@@ -199,14 +230,23 @@ def check_spec(spec: Spec, query: Query, *, at_s: float, stale_after_s: float = 
             signals = sorted(engine_signals(service, role), key=lambda s: (s not in needs,
                                                                            s.value))
             for signal in signals:
-                needed_by = "controller" if signal in needs else "alerts, dashboards"
+                needed_by = "controller" if signal in needs else \
+                    "controller (tail model)" if signal in FINE_SIGNALS else "alerts, dashboards"
                 for ref in series_refs(signal, service, role):
                     count, pods, age = _probe(query, ref, at_s)
                     base = dict(service=service.name, pool=role.value, signal=signal.value,
                                 needed_by=needed_by, series=ref.selector(),
                                 series_count=count, pods=pods, age_s=age)
-                    if count:
-                        stale = age is not None and age > stale_after_s
+                    stale = count > 0 and age is not None and age > stale_after_s
+                    coarse = _coarse(query, ref) if count and not stale and \
+                        signal in FINE_SIGNALS else None
+                    if coarse is not None:
+                        rows.append(CheckRow(**base, status="coarse", problem=coarse,  # type: ignore[arg-type]
+                                             fix=f"scrape the pool's pods every "
+                                                 f"{DISPERSION_WINDOW_S / 2:g}s or less "
+                                                 "(the PodMonitor's interval), or size "
+                                                 "without the tail model"))
+                    elif count:
                         rows.append(CheckRow(**base,  # type: ignore[arg-type]
                                              status="stale" if stale else "ok",
                                              problem=f"newest sample {age:.0f}s old" if stale
@@ -254,7 +294,7 @@ def render_table(rows: Sequence[CheckRow]) -> str:
                 lines.append(f"    fix: {r.fix}")
     verdict = "everything the controller needs is present" if controller_ready(rows) else \
         "the controller is missing data it needs (it holds those pools, never scaling down)"
-    missing = sum(r.status in ("missing", "no-bucket", "stale") for r in rows)
+    missing = sum(r.status in ("missing", "no-bucket", "stale", "coarse") for r in rows)
     lines += ["", f"{len(rows)} series checked, {missing} with a problem; {verdict}"]
     return "\n".join(lines)
 

@@ -73,6 +73,9 @@ class EventSimulator(_DecodePool):
         self.cached = np.zeros(n, dtype=np.int64)
         self.done = np.zeros(n, dtype=np.int64)
         self.prefill_end = np.full(n, np.nan)
+        self.prefilled: deque[tuple[float, int]] = deque()
+        """(time, prompt tokens) of each prefill as it completes: when vLLM counts a
+        request's prompt tokens (its prompt_tokens_total); the observer trims it."""
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.preemptions = 0
@@ -431,6 +434,7 @@ class EventSimulator(_DecodePool):
                 self._owner.pop(req, None)
                 self._cache_insert(r, req)
                 self.prefill_end[req] = self.now
+                self.prefilled.append((self.now, int(self.prompt[req])))
                 self.prefilled_by[req] = r.id
                 delay = (profile.ttft_overhead_ms +
                          self.setup.decode.profile.kv_transfer_ms(float(self.prompt[req]))) / 1000

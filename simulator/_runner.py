@@ -25,7 +25,7 @@ from simulator._event import EventSimulator
 from simulator._setup import SimSetup, _DecodeReplica, _PrefillReplica, _State, hist_quantile
 from simulator._trace import Trace
 from simulator._world import PoolSignals, SimClock, SimResult, World, build_reconciler, run_world
-from telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
+from telemetry import DISPERSION_WINDOW_S, RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
 __all__ = ["EventWorld", "SimResult", "attach_reconciler", "run_event"]
 
@@ -165,6 +165,30 @@ class EventWorld(World):
         sums = np.convolve(tokens, np.ones(n), mode="valid")
         return float(sums.max()) / (n * self.setup.tick_s)
 
+    def _prompt_dispersion(self) -> float | None:
+        """The index of dispersion of the prompt tokens counted (at prefill completion, as
+        vLLM's counter counts them) per ``DISPERSION_WINDOW_S`` over the rate window, as the
+        recording rule computes it: half the mean squared difference of consecutive windows'
+        tokens over their mean. None until three windows have passed or while none counted."""
+        sim = self.sim
+        done = sim.prefilled
+        start = max(0.0, sim.now - RATE_WINDOW_S)
+        while done and done[0][0] < start:
+            done.popleft()
+        n = int((sim.now - start) // DISPERSION_WINDOW_S)
+        if n < 3 or not done:
+            return None
+        end = sim.now - n * DISPERSION_WINDOW_S  # windows end at now, as the rule's steps do
+        times = np.fromiter((t for t, _ in done), float, len(done))
+        tokens = np.fromiter((k for _, k in done), float, len(done))
+        keep = times > end
+        bins = np.minimum(((times[keep] - end) // DISPERSION_WINDOW_S).astype(np.int64), n - 1)
+        counted = np.bincount(bins, weights=tokens[keep], minlength=n)
+        mean = float(counted.mean())
+        if mean <= 0:
+            return None
+        return float(np.mean(np.diff(counted) ** 2)) / 2 / mean
+
     def _prefill_signals(self) -> PoolSignals:
         sim = self.sim
         pre = [r for r in sim.prefill if isinstance(r, _PrefillReplica)]
@@ -181,6 +205,7 @@ class EventWorld(World):
                 Signal.TTFT_P95_S: _p95(firsts),
                 Signal.TTFT_P95_RECENT_S: _p95([x for r in recent for x in r.first_tokens]),
                 Signal.PROMPT_TOKENS_PEAK_PER_S: self._peak_prompt_rate(),
+                Signal.PROMPT_TOKENS_DISPERSION: self._prompt_dispersion(),
                 Signal.GPU_UTILIZATION_RATIO: self._utilisation(Role.PREFILL, ready),
                 Signal.TARGETS_UP: float(ready)}
 

@@ -4,6 +4,8 @@ reader, and the controller's self-instrumentation with OpenTelemetry.
 
 from telemetry._catalog import (
     CONTROL_PLANE_METRICS,
+    DISPERSION_WINDOW,
+    DISPERSION_WINDOW_S,
     KNOWN_METRICS,
     POOL_LABELS,
     RATE_WINDOW,
@@ -49,6 +51,8 @@ from telemetry._reader import (
 
 __all__ = [
     "CONTROL_PLANE_METRICS",
+    "DISPERSION_WINDOW",
+    "DISPERSION_WINDOW_S",
     "KNOWN_METRICS",
     "POD_WORK_SIGNALS",
     "POOL_LABELS",

@@ -51,6 +51,8 @@ from pdscale.spec import Engine, Role, ServiceSpec
 
 __all__ = [
     "CONTROL_PLANE_METRICS",
+    "DISPERSION_WINDOW",
+    "DISPERSION_WINDOW_S",
     "KNOWN_METRICS",
     "OPTIONAL_METRICS",
     "POOL_LABELS",
@@ -94,6 +96,19 @@ p95 still carries is still happening) and the highest one-minute prompt-token ra
 rate window (what a burst needed, which a 5-minute rate averages away)."""
 RECENT_WINDOW_S = 60.0
 """:data:`RECENT_WINDOW` in seconds."""
+DISPERSION_WINDOW = "5s"
+"""Window over which counted prompt tokens are binned for their index of dispersion
+(``Signal.PROMPT_TOKENS_DISPERSION``, prefill pools): half the mean squared difference of
+consecutive windows' tokens over their mean, over the rate window (the variance over the mean
+for steady arrivals, without the trend a ramp adds). Clumps of prompts that arrive within
+seconds show there and in no per-minute rate. Each window's tokens are the counter's
+difference between two instants 5 s apart (not a ``rate``, whose extrapolation over the
+samples' span inflates the variance), so the recording rule needs two samples in a 5 s
+window: a scrape interval of 2.5 s or less; at a coarser scrape the series is empty (the rule
+checks the median window of every series) and the controller says the tail model is
+unread."""
+DISPERSION_WINDOW_S = 5.0
+""":data:`DISPERSION_WINDOW` in seconds."""
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 """Windows of the SLO error-ratio recording rules used by the multi-window burn-rate alerts."""
@@ -118,6 +133,7 @@ class Signal(StrEnum):
     REQUEST_RATE = "request_rate"
     PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
     PROMPT_TOKENS_PEAK_PER_S = "prompt_tokens_peak_per_s"
+    PROMPT_TOKENS_DISPERSION = "prompt_tokens_dispersion"
     PROMPT_TOKENS_COMPUTED_PER_S = "prompt_tokens_computed_per_s"
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     PREFIX_CACHE_HIT_RATIO = "prefix_cache_hit_ratio"
@@ -202,6 +218,10 @@ _DEFS: tuple[SignalDef, ...] = (
        "Prompt tokens per second"),
     _d(Signal.PROMPT_TOKENS_PEAK_PER_S, "pdscale_pool:prompt_tokens:rate1m_max5m", "short",
        "Prompt tokens per second, the highest one-minute rate within the last 5m"),
+    _d(Signal.PROMPT_TOKENS_DISPERSION, "pdscale_pool:prompt_tokens:dispersion5s_5m", "short",
+       "Index of dispersion of counted prompt tokens: half the mean squared difference of "
+       "consecutive 5s windows' tokens over their mean, over the last 5m (tokens; a Poisson "
+       "stream of equal prompts reads one prompt's length; empty at a scrape over 2.5s)"),
     _d(Signal.PROMPT_TOKENS_COMPUTED_PER_S, "pdscale_pool:prompt_tokens_computed:rate5m",
        "short", "Prompt tokens computed per second (not served by a cache or a KV transfer): "
        "the exact prefill demand"),
@@ -563,17 +583,44 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
         table.update(_DYNAMO_FRONTEND[role])
     table.update(_GPU_AND_TARGETS)
     table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
-    table.update(_recent(table))
+    table.update(_recent(table, role))
     return table
 
 
-def _recent(table: Mapping[Signal, str]) -> dict[Signal, str]:
+_RATE_SUM = re.compile(r"sum by \((?P<by>[^)]*)\) \(rate\((?P<series>.+)\[\$w\]\)\)")
+
+
+def _dispersion(rate: str) -> str | None:
+    """The index of dispersion of the tokens a ``_rate`` expression counts, per
+    :data:`DISPERSION_WINDOW` over the rate window (see there); None for another form.
+
+    y(t) = the counter's increase over the window ending at t (clamped at 0: a restarted pod
+    loses one window's tokens instead of adding a negative one); the dispersion is
+    avg((y(t) - y(t - w))^2) / 2 / avg(y), at the window's resolution, kept only while the
+    median window of every series held two samples (a coarser scrape aliases; the median, so
+    a pod's first window, which may hold one, does not blank the pool for five minutes); an
+    idle rate window records nothing."""
+    found = _RATE_SUM.fullmatch(rate)
+    if found is None:
+        return None
+    by, x, w = found["by"], found["series"], DISPERSION_WINDOW
+    now = f"clamp_min({x} - {x} offset {w}, 0)"
+    before = f"clamp_min({x} offset {w} - {x} offset {2 * DISPERSION_WINDOW_S:g}s, 0)"
+    y = f"sum by ({by}) ({now})"
+    dy = f"sum by ({by}) ({now} - {before})"
+    return (f"avg_over_time(({dy} ^ 2)[$w:{w}]) / 2 / (avg_over_time(({y})[$w:{w}]) > 0) "
+            f"and on () (min(quantile_over_time(0.5, count_over_time({x}[{w}])[$w:{w}])) >= 2)")
+
+
+def _recent(table: Mapping[Signal, str], role: Role) -> dict[Signal, str]:
     """The recent signals, from the same expressions over :data:`RECENT_WINDOW`: the TTFT p95
     of the last minute, and the highest one-minute prompt-token rate over the rate window (a
-    subquery at the rule group's evaluation interval)."""
-    def recent(signal: Signal) -> str:
+    subquery at the rule group's evaluation interval); for prefill pools also the index of
+    dispersion of the counted prompt tokens per :data:`DISPERSION_WINDOW` (:func:`_dispersion`),
+    which only the prefill tail model reads."""
+    def recent(signal: Signal, window: str = RECENT_WINDOW) -> str:
         # Only the window: the selectors ($eng, $wrk, ...) stay for pool_expr to fill.
-        return Template(table[signal]).safe_substitute(w=RECENT_WINDOW)
+        return Template(table[signal]).safe_substitute(w=window)
 
     out = {}
     if Signal.TTFT_P95_S in table:
@@ -581,6 +628,9 @@ def _recent(table: Mapping[Signal, str]) -> dict[Signal, str]:
     if Signal.PROMPT_TOKENS_PER_S in table:
         out[Signal.PROMPT_TOKENS_PEAK_PER_S] = \
             f"max_over_time(({recent(Signal.PROMPT_TOKENS_PER_S)})[$w:])"
+        fine = _dispersion(table[Signal.PROMPT_TOKENS_PER_S])
+        if role is Role.PREFILL and fine is not None:
+            out[Signal.PROMPT_TOKENS_DISPERSION] = fine
     return out
 
 

@@ -149,10 +149,11 @@ def _vllm_rules(tmp_path: Path) -> tuple[Any, Callable[[str, list[dict[str, str]
     service = spec.services[0]
     out = _write(spec, tmp_path)
 
-    def run(name: str, inputs: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
+    def run(name: str, inputs: list[dict[str, str]], checks: list[dict[str, Any]],
+            interval: str = "1m") -> None:
         test = {"rule_files": [f"../rules/{service.name}.rules.yml"],
                 "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": inputs,
+                "tests": [{"interval": interval, "input_series": inputs,
                            "promql_expr_test": checks}]}
         path = out / "tests" / f"{name}.test.yml"
         path.write_text(yaml.safe_dump(test, sort_keys=False))
@@ -212,6 +213,76 @@ def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
              "namespace": service.namespace, "model_name": service.model_name,
              "pdscale_service": service.name, "pdscale_pool": "decode"}),
              "value": 0.9}]}])
+
+
+def _subquery_steps(promtool: str, end_s: int, range_s: int, step_s: int) -> list[int]:
+    """The steps of a subquery [range:step] evaluated at ``end_s``: Prometheus 2 takes both
+    ends of the range, Prometheus 3 leaves its start out."""
+    version = subprocess.run([promtool, "--version"], capture_output=True, text=True,
+                             check=False).stdout
+    first = end_s - range_s + (0 if "version 2." in version else step_s)
+    return list(range(first, end_s + 1, step_s))
+
+
+def test_the_dispersion_of_counted_tokens_reads_as_the_simulator_computes_it(
+        tmp_path: Path) -> None:
+    """Prompt tokens counted at 1,000/s and 200/s for 5 s each in turn, scraped every second:
+    the tokens of the 5 s windows ending at the subquery's steps are 5,000 and 1,000 in turn,
+    and the index of dispersion is half the mean squared difference of consecutive windows
+    over their mean, the simulator's estimator (computed here on Prometheus' own steps). A
+    steady stream reads 0, and so does a linear ramp to 10x its rate: the differences
+    remove the trend (its variance over its mean would be large). Scraped every 10 s, windows
+    hold fewer than two samples: empty, not zero, and ``pdscale check``'s probe sees it."""
+    import numpy as np
+
+    from alerts._promtool import _example_labels, _series_text
+    from pdscale._check import fine_share_expr
+    from pdscale.spec import Role
+    from telemetry import Signal, pool_expr
+
+    service, promtool_run = _vllm_rules(tmp_path)
+    expr = pool_expr(Signal.PROMPT_TOKENS_DISPERSION, service, Role.PREFILL)
+    labels = _example_labels(expr, "vllm:prompt_tokens_total")
+    assert labels is not None
+    series = _series_text("vllm:prompt_tokens_total", labels)
+    steps = _subquery_steps(need_tool("promtool"), 600, 300, 5)
+
+    def counter(per_second: Any) -> list[float]:
+        out = [0.0]
+        for i in range(1, 721):
+            out.append(out[-1] + per_second(i))
+        return out
+
+    def expected(values: list[float]) -> float:
+        y = np.array([max(0.0, values[t] - values[t - 5]) for t in steps])
+        dy = np.array([max(0.0, values[t] - values[t - 5]) - max(0.0, values[t - 5] -
+                                                                values[t - 10]) for t in steps])
+        return float(np.mean(dy ** 2) / 2 / np.mean(y))
+
+    def check(name: str, values: list[float], want: float | None, interval: str = "1s"
+              ) -> None:
+        got = [] if want is None else [{"labels": _series_text(
+            "", {"namespace": service.namespace}).lstrip(), "value": want}]
+        promtool_run(name, [{"series": series, "values": " ".join(f"{v:g}" for v in values)}],
+                     [{"expr": expr, "eval_time": "10m", "exp_samples": got}], interval=interval)
+
+    clumped = counter(lambda i: 1000.0 if (i - 1) % 10 < 5 else 200.0)
+    assert expected(clumped) == pytest.approx(16e6 / 2 / 3000, rel=0.02)
+    check("dispersion", clumped, expected(clumped))
+    check("dispersion-steady", counter(lambda i: 600.0), 0.0)
+    ramp = counter(lambda i: 10.0 * i)
+    y = np.array([ramp[t] - ramp[t - 5] for t in steps])
+    assert y.var() / y.mean() > 500 and expected(ramp) < 2  # the trend, and without it
+    check("dispersion-ramp", ramp, expected(ramp))
+    check("dispersion-sparse", counter(lambda i: 600.0)[::10], None, interval="10s")
+    probe = fine_share_expr(series)
+    promtool_run("probe", [{"series": series, "values": "0+600x720"}],
+                 [{"expr": probe, "eval_time": "10m",
+                   "exp_samples": [{"labels": "{}", "value": 6 if len(steps) == 61 else 5}]}],
+                 interval="1s")
+    promtool_run("probe-sparse", [{"series": series, "values": "0+6000x72"}],
+                 [{"expr": probe, "eval_time": "10m",
+                   "exp_samples": [{"labels": "{}", "value": 1}]}], interval="10s")
 
 
 def _two_decode_pods(service: Any, signal: Any, metric: str

@@ -466,6 +466,28 @@ def test_the_peak_minute_is_held_in_the_units_the_pool_is_sized_in() -> None:
     assert _desired(off, KEY_P) == _desired(_policy(burst_window=0).decide(_obs(0)), KEY_P)
 
 
+def test_the_dispersion_is_sized_in_the_units_the_pool_is_sized_in() -> None:
+    """The arriving tokens' index of dispersion is scaled, as the demand is, by the share of
+    prompt tokens the pool computes itself; clumped arrivals add replicas, unread or broken
+    values (an idle window's division by zero) leave the tail model off and say so."""
+    seen = {}
+    for label, value, extra in (("none", None, {}), ("clumped", 2e5, {}),
+                                ("cached", 2e5, {"prefix_cache_hit_ratio": 0.5}),
+                                ("nan", math.nan, {}), ("inf", math.inf, {})):
+        out = _policy().decide(_with(_obs(0, prompt=200_000.0), KEY_P,
+                                     prompt_tokens_dispersion=value, **extra))
+        seen[label] = (_desired(out, KEY_P), out[KEY_P].detail["dispersion"],
+                       out[KEY_P].detail["tail_need"])
+    assert seen["none"][1:] == (None, None) == seen["nan"][1:] == seen["inf"][1:]
+    assert seen["nan"][0] == seen["inf"][0] == seen["none"][0]
+    # 200k/s at 35.5k/s a replica (44.3k saturated) needs 6; clumped, the p95 of the work
+    # arriving in 5 s is 200k + 1.645 x sqrt(200k x 2e5 / 5) = 347k/s: 8. Half of it cached:
+    # 100k + 1.645 x sqrt(100k x 1e5 / 5) = 174k/s: 4 (its need: 3).
+    assert seen["none"][0] == 6
+    assert seen["clumped"][1:] == (2e5, 8) and seen["clumped"][0] == 8
+    assert seen["cached"][1] == pytest.approx(1e5) and seen["cached"][2] == 4
+
+
 def test_a_stale_ttft_miss_does_not_climb_a_replica_each_cold_start() -> None:
     """The 5-minute TTFT p95 carries a served burst for five minutes: with the last minute's
     p95 within the SLO the pool stays; with it over (or unread) the latency alone adds one."""

@@ -30,7 +30,8 @@ BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_
                     per_request_tokens=1500.0, ready=3, starting=0, max_replicas=40, hold=0.0,
                     peak=None, hold_half_life_s=300.0,
                     nominal_per_replica=10_000.0,
-                    drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0)
+                    drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0,
+                    saturated_per_replica=12_500.0)
 
 
 # -- sizing -----------------------------------------------------------------------------------
@@ -62,6 +63,33 @@ def test_the_burst_hold_remembers_the_peak_minute() -> None:
     assert size(replace(BASE, peak=20_000.0)).load == 30_000.0  # under the demand: no effect
     off = size(replace(BASE, peak=70_000.0, hold_half_life_s=0.0))
     assert off.need == 3 and off.load == 30_000.0
+
+
+def test_the_tail_sizes_for_clumped_arrivals_within_the_slo() -> None:
+    """The work arriving within the SLO (or the 5 s dispersion window) at its p95: load + 1.645
+    x sqrt(load x dispersion / window), at the saturated 12,500/s a replica. Clumps need
+    standing replicas the mean load does not show; a small pool needs proportionally more than
+    a large one (square-root staffing); a longer SLO spreads a clump; unread, it is off."""
+    unread = size(BASE)
+    assert unread.need == 3 and unread.detail["tail_need"] is None
+    assert not any(r.startswith("tail") for r in unread.reasons)
+    clumped = size(replace(BASE, dispersion=60_000.0))  # 30k + 1.645 x 18,974 = 61,212/s
+    assert clumped.need == 5 and clumped.detail["tail_need"] == 5
+    assert any(r.startswith("tail:") and "6.121e+04/s" in r and "needs 5 replicas" in r
+               for r in clumped.reasons)
+    # Independent arrivals of 1,500-token prompts (cv 1.5) on a hundredfold load: the p95 of
+    # the arrivals is within the planned headroom, the tail adds nothing.
+    large = size(replace(BASE, demand=3e6, dispersion=1500 * (1 + 1.5 ** 2)))
+    assert large.need == 300 and large.detail["tail_need"] == 248
+    assert not any(r.startswith("tail") for r in large.reasons)
+    # A 20 s SLO spreads the same clumps over four times the window: 45,605/s -> 4.
+    assert size(replace(BASE, dispersion=60_000.0, slo_s=20.0)).need == 4
+    # One wild window asks for at most twice the need.
+    wild = size(replace(BASE, dispersion=1e7))
+    assert wild.need == 6 and "at most twice the need" in wild.reasons[-1]
+    # Decode has no tail term.
+    decode = size(replace(BASE, role=Role.DECODE, running=0.0, dispersion=60_000.0))
+    assert decode.detail["tail_need"] is None and decode.need == 3
 
 
 def test_a_latency_miss_that_has_passed_adds_no_replica() -> None:

@@ -309,3 +309,36 @@ def test_a_settling_step_runs_events_in_order_after_the_work_is_done() -> None:
         clock.append(sim.now)
         assert all(t > until for t, *_ in sim._events)  # nothing due is left behind
     assert clock == sorted(clock) and sim.counts(Role.PREFILL)["ready"] == 2
+
+
+def test_the_dispersion_signal_sees_clumps_that_the_rates_do_not() -> None:
+    """The same 2 prompts/s of 1,000 tokens, as a Poisson stream and as clumps of 20 prompts
+    within 0.1 s at Poisson times (one every 10 s on average): the rates read the same, the
+    index of dispersion of the tokens counted per 5 s reads about one prompt's length for the
+    stream (independent arrivals) and about one clump's tokens (20,000) for the clumps; a
+    stream whose rate climbs from 0 to 20 prompts/s reads like the steady one: consecutive
+    windows' differences remove the trend, which alone would add about 1,800 to a variance over
+    the mean (windows from 33k to 67k tokens across the rate window at minute 10). Four
+    replicas serve each clump well within its window."""
+    rng = np.random.default_rng(7)
+    clumps = np.cumsum(rng.exponential(10.0, 120))
+    clumps = clumps[clumps < 890]
+    ramp = np.sqrt(rng.uniform(0, 1, 9000)) * 900  # 0 to 20 prompts/s, linearly
+    streams = {"poisson": np.sort(rng.uniform(0, 900, 1800)), "ramp": np.sort(ramp),
+               "clumped": np.sort(np.repeat(clumps, 20) + rng.uniform(0, 0.1, 20 * len(clumps)))}
+    seen = {}
+    for name, arrivals in streams.items():
+        policy = _Script({})
+        run_event(_setup(prefill=4, decode=4, tick_s=15.0), _trace(arrivals, 1000, 5), policy,
+                  observation_delay_s=0)
+        seen[name] = {o.now_s: o.pools[("svc", Role.PREFILL)].signals for o in policy.seen
+                      if RATE_WINDOW_S <= o.now_s <= 885}
+    assert len(seen["clumped"]) > 30
+    rates = [s[Signal.PROMPT_TOKENS_PER_S] for s in seen["clumped"].values()]
+    assert 1000 < np.mean(rates) < 3000  # about the same mean load as the stream's 2,000/s
+    for name, low, high in (("poisson", 500, 1800), ("ramp", 500, 1800),
+                            ("clumped", 8000, 50_000)):
+        values = [s[Signal.PROMPT_TOKENS_DISPERSION] for s in seen[name].values()]
+        assert low < np.median(values) < high, (name, np.median(values))
+    at_10m = [s for t, s in seen["ramp"].items() if 585 <= t <= 615]
+    assert at_10m and all(s[Signal.PROMPT_TOKENS_PER_S] > 8 * 1000 for s in at_10m)

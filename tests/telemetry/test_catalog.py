@@ -148,6 +148,26 @@ def test_the_recent_signals_change_only_the_window_not_the_selectors() -> None:
     """``$w`` is the window; ``$wrk`` (a Dynamo worker's selector) must survive untouched."""
     from telemetry._catalog import _recent
 
-    got = _recent({Signal.TTFT_P95_S: "q(x{$wrk}[$w])", Signal.PROMPT_TOKENS_PER_S: "r{$eng}[$w]"})
+    got = _recent({Signal.TTFT_P95_S: "q(x{$wrk}[$w])", Signal.PROMPT_TOKENS_PER_S: "r{$eng}[$w]"},
+                  Role.PREFILL)
     assert got[Signal.TTFT_P95_RECENT_S] == "q(x{$wrk}[1m])"
     assert got[Signal.PROMPT_TOKENS_PEAK_PER_S] == "max_over_time((r{$eng}[1m])[$w:])"
+    # Not a sum of rates: no dispersion can be derived from it (and none is recorded).
+    assert Signal.PROMPT_TOKENS_DISPERSION not in got
+
+
+def test_the_dispersion_differences_the_counter_for_prefill_pools_only() -> None:
+    """The tokens of a 5 s window are the counter's difference between two instants (a rate's
+    extrapolation would inflate the variance); its consecutive differences remove a trend;
+    the rule keeps a value only while every series' median window held two samples; decode
+    has none."""
+    from telemetry._catalog import _recent
+
+    table = {Signal.PROMPT_TOKENS_PER_S: "sum by (namespace) (rate(c{$eng}[$w]))"}
+    fine = _recent(table, Role.PREFILL)[Signal.PROMPT_TOKENS_DISPERSION]
+    assert "rate(" not in fine and "clamp_min(c{$eng} - c{$eng} offset 5s, 0)" in fine
+    assert "clamp_min(c{$eng} offset 5s - c{$eng} offset 10s, 0)" in fine
+    assert fine.startswith("avg_over_time((sum by (namespace) (")
+    assert fine.endswith("and on () (min(quantile_over_time(0.5, count_over_time(c{$eng}[5s])"
+                         "[$w:5s])) >= 2)")
+    assert Signal.PROMPT_TOKENS_DISPERSION not in _recent(table, Role.DECODE)

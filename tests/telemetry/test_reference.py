@@ -48,7 +48,12 @@ def _reads(service: ServiceSpec) -> list[tuple[Role, str, SeriesRef]]:
 
 
 def _through_rate(expr: str, metric: str) -> bool:
-    return re.search(r"(rate|increase)\(" + re.escape(metric) + r"\{", expr) is not None
+    """Read as a counter: through rate() or increase(), or as the difference of two instants
+    clamped at 0 (the dispersion's per-window tokens, where a reset loses one window)."""
+    m = re.escape(metric)
+    return re.search(r"(rate|increase)\(" + m + r"\{", expr) is not None or \
+        re.search(r"clamp_min\(" + m + r"\{[^}]*\}( offset \w+)? - " + m + r"\{", expr) \
+        is not None
 
 
 def reference_problems(service: ServiceSpec, reads: list[tuple[Role, str, SeriesRef]],
