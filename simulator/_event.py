@@ -73,6 +73,9 @@ class EventSimulator(_DecodePool):
         self.cached = np.zeros(n, dtype=np.int64)
         self.done = np.zeros(n, dtype=np.int64)
         self.prefill_end = np.full(n, np.nan)
+        self.failed: list[tuple[float, Role, bool]] = []
+        """(time, pool, whether a ready replica was there to lose) of each failure that came
+        due; one due after the run ended is not here."""
         self.prefilled: deque[tuple[float, int]] = deque()
         """(time, prompt tokens) of each prefill as it completes: when vLLM counts a
         request's prompt tokens (its prompt_tokens_total); the observer trims it."""
@@ -291,6 +294,7 @@ class EventSimulator(_DecodePool):
 
     def _fail(self, role: Role) -> None:
         victims = [r for r in self.pool(role) if r.state is _State.READY]
+        self.failed.append((self.now, role, bool(victims)))
         if not victims:
             return
         r = max(victims, key=lambda r: r.requested_s)

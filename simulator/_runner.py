@@ -352,7 +352,20 @@ def _summary(world: EventWorld, wall_s: float) -> dict[str, Any]:
         "simulated_s": end,
         "wall_s": wall_s,
         "pools": pools,
+        "failures": _failures(sim),
     }
+
+
+def _failures(sim: EventSimulator) -> dict[str, int] | None:
+    """The failures asked for (``--fail``): how many took a replica, found none ready, or came
+    due after the run had ended (every request answered), so never happened; None: none
+    asked."""
+    asked = len(sim.setup.failures)
+    if not asked:
+        return None
+    took = sum(1 for _, _, hit in sim.failed if hit)
+    return {"asked": asked, "took_a_replica": took, "no_ready_replica": len(sim.failed) - took,
+            "after_the_run": asked - len(sim.failed)}
 
 
 def _p95(values: list[float]) -> float | None:

@@ -95,6 +95,11 @@ def _simulate(args: argparse.Namespace) -> int:
         pools = s["pools"]
         print(f"  GPU-hours {s['gpu_hours']:.2f} (prefill {pools['prefill']['gpu_hours']:.2f}, "
               f"decode {pools['decode']['gpu_hours']:.2f}); scale actions {s['scale_actions']}")
+        failed = s.get("failures")
+        if failed:
+            print(f"  failures: {failed['asked']} asked, {failed['took_a_replica']} took a "
+                  f"replica, {failed['no_ready_replica']} found none ready, "
+                  f"{failed['after_the_run']} due after the run ended (never happened)")
         print(f"  wrote {args.out}/summary.json, timeseries.csv, decisions.json"
               + ("" if args.no_plots else ", plots/"))
 

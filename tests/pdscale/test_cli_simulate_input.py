@@ -221,9 +221,17 @@ def test_without_duration_failures_must_fall_in_the_trace(
                    "--fail", "150:prefill", "--out", str(tmp_path / "late")], capsys)
     assert "--fail 150:prefill" in err and "[0, 100) seconds (the trace's length)" in err
     out = tmp_path / "ok"
+    capsys.readouterr()
     assert main(["simulate", "--spec", VLLM, "--trace", trace, "--fail", "30:decode",
                  "--fail", "0:prefill", "--no-plots", "--out", str(out)]) == 0
-    assert json.loads((out / "summary.json").read_text())["requests"] == 21
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 21
+    # Both came due within the run (t=0 finds no prefill replica ready yet, or takes one);
+    # the report says what each did.
+    failed = summary["failures"]
+    assert failed["asked"] == 2 and failed["after_the_run"] == 0
+    assert failed["took_a_replica"] + failed["no_ready_replica"] == 2
+    assert "failures: 2 asked" in capsys.readouterr().out
 
 
 def test_in_fluid_servegen_failures_must_fall_in_its_windows(

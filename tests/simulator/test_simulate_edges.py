@@ -172,3 +172,26 @@ def test_fluid_modes_first_sample_is_measured_and_idle_before_is_refused() -> No
     with pytest.raises(ValueError, match="--idle-before is for event mode"):
         simulate(_spec(), SimOptions(policy="reactive", mode="fluid", duration_s=300.0,
                                      idle_before=True))
+
+
+def test_the_summary_counts_the_failures_that_happened(tmp_path) -> None:
+    """Event mode ends once the trace is over and every request is answered: a --fail due
+    later never happens. The summary says so (it had counted nothing), with a failure that
+    found no ready replica to take (the first one's replacement still starting)."""
+    import json
+
+    trace = tmp_path / "short.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 500, "input_length": 1000,
+                                         "output_length": 20}) + "\n" for i in range(200)))
+    spec = _spec(prefill={"min_replicas": 1, "max_replicas": 1, "cold_start": "60s"},
+                 decode={"min_replicas": 1, "max_replicas": 1})
+    failures = ((50.0, Role.PREFILL), (55.0, Role.PREFILL), (500.0, Role.DECODE))
+    result, _ = simulate(spec, SimOptions(policy="static", mode="event", trace=str(trace),
+                                          duration_s=600.0, failures=failures))
+    s = result.summary
+    assert s["simulated_s"] < 200  # 100 s of arrivals, then the backlog the loss left
+    assert s["failures"] == {"asked": 3, "took_a_replica": 1, "no_ready_replica": 1,
+                             "after_the_run": 1}
+    plain, _ = simulate(spec, SimOptions(policy="static", mode="event", trace=str(trace),
+                                         duration_s=600.0))
+    assert plain.summary["failures"] is None
