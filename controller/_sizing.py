@@ -180,9 +180,10 @@ def _burst_need(x: SizingInputs) -> tuple[int, float]:
 
 
 def _tail_need(x: SizingInputs, load: float) -> tuple[int, float, float]:
-    """Prefill: (replicas that serve the work arriving within the SLO at its 95th percentile,
-    at most twice ``need``; that work per second; the window), 0s when the dispersion is
-    unread or there is no load (see the module docstring)."""
+    """Prefill: (replicas that serve the work arriving within the window at its 95th
+    percentile, unbounded (:func:`size` keeps it to twice the need); that work per second;
+    the window), 0s when the dispersion is unread or there is no load (see the module
+    docstring)."""
     mu = x.saturated_per_replica
     if x.role is not Role.PREFILL or x.dispersion is None or x.dispersion <= 0 or mu <= 0 \
             or load <= 0:
