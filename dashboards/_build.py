@@ -237,15 +237,23 @@ def _prefill(spec: Spec) -> dash_b.Dashboard:
     b = b.with_panel(_timeseries("Prompt tokens per second", [
         (_q(Signal.PROMPT_TOKENS_PER_S, _pool(role)), "5m rate {{pdscale_service}}"),
         (_q(Signal.PROMPT_TOKENS_PEAK_PER_S, _pool(role)),
-         "peak minute in 5m {{pdscale_service}}")], "short", width=8,
+         "peak minute in 5m {{pdscale_service}}")], "short", width=6,
         description="The peak minute is what a burst needed; pdscale's burst hold remembers "
                     "it."))
+    b = b.with_panel(_timeseries("Prompt tokens: dispersion per 5 s", [
+        (_q(Signal.PROMPT_TOKENS_DISPERSION, _pool(role)), "{{pdscale_service}}")],
+        "short", width=6,
+        description="Half the mean squared difference of consecutive 5 s windows' prompt "
+                    "tokens over their mean, over 5 minutes: about one prompt's length for "
+                    "independent arrivals, more when prompts arrive in clumps within seconds. "
+                    "pdscale's prefill tail model sizes for it. Empty at a scrape interval "
+                    "over 2.5 s (pdscale check says so)."))
     b = b.with_panel(_timeseries("Prefix-cache hit rate", [
         (_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool(role)), "{{pdscale_service}}")],
-        "percentunit", width=8, soft_max=1))
+        "percentunit", width=6, soft_max=1))
     b = b.with_panel(_timeseries("GPU utilisation", [
         (_q(Signal.GPU_UTILIZATION_RATIO, _pool(role)), "{{pdscale_service}}")],
-        "percentunit", width=8, soft_max=1))
+        "percentunit", width=6, soft_max=1))
     b = b.with_panel(_replicas_panel(role, width=24))
     return b
 
