@@ -166,25 +166,34 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
     return clear_s > capacity.slo_s or p95 is None or p95 > LATENCY_GATE_SHARE * capacity.slo_s
 
 
-def _dispersion(pool: PoolObservation, demand: float) -> float | None:
-    """Prefill: the arriving prompt tokens' index of dispersion in demand units (scaled by the
-    share of prompt tokens the pool computes itself, as the demand is); None when unread."""
-    value = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
+def _computed_share(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the share of prompt tokens the pool computes itself (its demand over the prompt
+    tokens), which prompt-token signals are scaled by to the demand's units; None when the
+    prompt rate is unread or no prompt arrived."""
     prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
+    if prompt is None or prompt <= 0:
+        return None
+    return min(1.0, demand / prompt)
+
+
+def _dispersion(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the arriving prompt tokens' index of dispersion in demand units (all of it
+    when no share is known); None when unread."""
+    value = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
     if value is None or not math.isfinite(value) or value < 0:
         return None
-    return value * (min(1.0, demand / prompt) if prompt else 1.0)
+    share = _computed_share(pool, demand)
+    return value * (1.0 if share is None else share)
 
 
 def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
     """Prefill: the highest one-minute prompt-token rate within the rate window, in demand
-    units (scaled by the share of prompt tokens the pool computes itself, as the demand is);
-    None when either rate is unread or no prompt arrived."""
+    units; None when either rate is unread or no prompt arrived."""
     peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
-    prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
-    if peak is None or prompt is None or prompt <= 0 or not math.isfinite(peak):
+    share = _computed_share(pool, demand)
+    if peak is None or share is None or not math.isfinite(peak):
         return None
-    return peak * min(1.0, demand / prompt)
+    return peak * share
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from pdscale.spec import Role
-from telemetry import Signal
+from telemetry import DISPERSION_WINDOW_S, Signal
 
 __all__ = ["DEMAND_SIGNAL", "LATENCY_SIGNAL", "TAIL_Z", "Need", "SizingInputs", "size"]
 
@@ -107,7 +107,7 @@ class SizingInputs:
     dispersion: float | None = None
     """Prefill: the index of dispersion of the arriving work in demand units (of the uncached
     tokens per ``dispersion_window_s``; None: unread)."""
-    dispersion_window_s: float = 5.0
+    dispersion_window_s: float = DISPERSION_WINDOW_S
     saturated_per_replica: float = 0.0
     """Prefill: uncached tokens/s one replica computes saturated, by the profile alone."""
 

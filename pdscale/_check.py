@@ -27,6 +27,7 @@ from telemetry import (
     DISPERSION_WINDOW_S,
     SeriesRef,
     Signal,
+    dispersion_window_samples,
     engine_signals,
     series_refs,
     slo_bucket_ref,
@@ -154,20 +155,19 @@ def _probe(query: Query, ref: SeriesRef, at_s: float) -> tuple[int, int, float |
 
 
 FINE_SIGNALS = (Signal.PROMPT_TOKENS_DISPERSION,)
-"""Signals recorded from a rate over :data:`telemetry.DISPERSION_WINDOW_S`: their series exist
+"""Signals recorded from windows of :data:`telemetry.DISPERSION_WINDOW_S`: their series exist
 at any scrape interval, but read empty unless it is at most half that window."""
 
 
-def fine_share_expr(selector: str) -> str:
-    """PromQL: the samples the median :data:`telemetry.DISPERSION_WINDOW_S` window of the last
-    minute held, for the series with the fewest (what the recording rule's own check reads)."""
-    w = f"{DISPERSION_WINDOW_S:g}s"
-    return f"min(quantile_over_time(0.5, count_over_time({selector}[{w}])[1m:{w}]))"
+def fine_samples_expr(selector: str) -> str:
+    """PromQL: the samples the median dispersion window of the last minute held, for the series
+    with the fewest (the recording rule's own condition, over a minute)."""
+    return f"min({dispersion_window_samples(selector, '1m')})"
 
 
 def _coarse(query: Query, ref: SeriesRef) -> str | None:
     """Why ``ref``'s scrape is too coarse for the dispersion's windows, or None."""
-    rows = query(fine_share_expr(ref.selector()))
+    rows = query(fine_samples_expr(ref.selector()))
     samples = rows[0][1] if rows else 0.0
     if samples >= 2:
         return None

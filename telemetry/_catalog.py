@@ -68,6 +68,7 @@ __all__ = [
     "SignalDef",
     "UnknownSignal",
     "derive_signals",
+    "dispersion_window_samples",
     "engine_signals",
     "le_matcher",
     "metric_names_in",
@@ -587,6 +588,13 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
     return table
 
 
+def dispersion_window_samples(series: str, range_: str) -> str:
+    """PromQL: per series, the samples the median :data:`DISPERSION_WINDOW` window held over
+    ``range_`` (the dispersion needs two: what its recording rule and ``pdscale check`` read)."""
+    w = DISPERSION_WINDOW
+    return f"quantile_over_time(0.5, count_over_time({series}[{w}])[{range_}:{w}])"
+
+
 _RATE_SUM = re.compile(r"sum by \((?P<by>[^)]*)\) \(rate\((?P<series>.+)\[\$w\]\)\)")
 
 
@@ -609,7 +617,7 @@ def _dispersion(rate: str) -> str | None:
     y = f"sum by ({by}) ({now})"
     dy = f"sum by ({by}) ({now} - {before})"
     return (f"avg_over_time(({dy} ^ 2)[$w:{w}]) / 2 / (avg_over_time(({y})[$w:{w}]) > 0) "
-            f"and on () (min(quantile_over_time(0.5, count_over_time({x}[{w}])[$w:{w}])) >= 2)")
+            f"and on () (min({dispersion_window_samples(x, '$w')}) >= 2)")
 
 
 def _recent(table: Mapping[Signal, str], role: Role) -> dict[Signal, str]:
@@ -618,9 +626,9 @@ def _recent(table: Mapping[Signal, str], role: Role) -> dict[Signal, str]:
     subquery at the rule group's evaluation interval); for prefill pools also the index of
     dispersion of the counted prompt tokens per :data:`DISPERSION_WINDOW` (:func:`_dispersion`),
     which only the prefill tail model reads."""
-    def recent(signal: Signal, window: str = RECENT_WINDOW) -> str:
+    def recent(signal: Signal) -> str:
         # Only the window: the selectors ($eng, $wrk, ...) stay for pool_expr to fill.
-        return Template(table[signal]).safe_substitute(w=window)
+        return Template(table[signal]).safe_substitute(w=RECENT_WINDOW)
 
     out = {}
     if Signal.TTFT_P95_S in table:

@@ -18,7 +18,7 @@ PUBLIC = {
                   "RATE_WINDOW_S", "RECENT_WINDOW", "RECENT_WINDOW_S", "SLO_OBJECTIVE_RECORD",
                   "SLO_THRESHOLD_RECORD", "SLO_WINDOWS", "SeriesRef",
                   "Signal", "SignalDef", "SignalValue", "UnknownSignal",
-                  "derive_signals", "dynamo_label_namespace",
+                  "derive_signals", "dispersion_window_samples", "dynamo_label_namespace",
                   "engine_signals", "instant_rows", "le_matcher",
                   "metric_names_in", "pool_expr", "pool_query",
                   "recorded_name", "series_refs", "signal_def",

@@ -236,7 +236,7 @@ def test_the_dispersion_of_counted_tokens_reads_as_the_simulator_computes_it(
     import numpy as np
 
     from alerts._promtool import _example_labels, _series_text
-    from pdscale._check import fine_share_expr
+    from pdscale._check import fine_samples_expr
     from pdscale.spec import Role
     from telemetry import Signal, pool_expr
 
@@ -275,7 +275,7 @@ def test_the_dispersion_of_counted_tokens_reads_as_the_simulator_computes_it(
     assert y.var() / y.mean() > 500 and expected(ramp) < 2  # the trend, and without it
     check("dispersion-ramp", ramp, expected(ramp))
     check("dispersion-sparse", counter(lambda i: 600.0)[::10], None, interval="10s")
-    probe = fine_share_expr(series)
+    probe = fine_samples_expr(series)
     promtool_run("probe", [{"series": series, "values": "0+600x720"}],
                  [{"expr": probe, "eval_time": "10m",
                    "exp_samples": [{"labels": "{}", "value": 6 if len(steps) == 61 else 5}]}],
