@@ -11,9 +11,11 @@ B / step(B) tokens per second. The arithmetic is the performance model's
 Online correction (the standing need learned from the pool's own minutes): when a pool
 misses its latency SLO at a load the model said it could carry, the model was optimistic for
 this pool's arrivals (clumped arrivals need standing capacity the mean load does not show):
-the correction moves a quarter of the way a tick towards 0.9 of the load the miss happened at,
-so it converges within minutes and one bad minute moves it at most to just under the load it
-was seen at. When a pool is well within the SLO at or above the planned load, the model was
+the correction moves a quarter of the way a tick towards 0.9 of the load the miss happened at
+(the latency window's busiest minute where it is known), so it converges within minutes and
+one bad minute moves it at most to just under the load it was seen at. A latency miss far
+under the planned load, with no queue, is not the mean load's (:data:`MIN_MISS_LOAD`) and
+teaches nothing. When a pool is well within the SLO at or above the planned load, the model was
 pessimistic (+10 %, slowly). Without misses the correction relaxes back towards 1 over hours
 (what bursts needed is kept while they recur). The load per replica is the latency window's
 (the policy averages the ready replicas over it). Bounded to [0.3, 1.5] of the profile.
@@ -34,7 +36,11 @@ from controller._perf import (
 from controller._profiles import InstanceProfile
 from pdscale.spec import Role
 
-__all__ = ["CapacityModel"]
+__all__ = ["MIN_MISS_LOAD", "CapacityModel"]
+
+MIN_MISS_LOAD = 0.5
+"""A latency miss (with no backlog) below this share of the planned load is not learned from:
+see :meth:`CapacityModel.observe_latency`."""
 
 @dataclass
 class CapacityModel:
@@ -117,32 +123,52 @@ class CapacityModel:
         return self.nominal_per_replica() * self.correction
 
     def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
-                        backlogged: bool = False, now_s: float | None = None) -> None:
+                        backlogged: bool = False, now_s: float | None = None,
+                        peak_per_replica: float | None = None) -> None:
         """Correct towards what replicas actually deliver, only from informative minutes: a
         miss at or below planned load (optimistic model), or ample slack at or
         above the planned load (pessimistic model). Slack below the planned load says nothing
         about the model (the plan leaves headroom on purpose; correcting upwards on it made
         pools shrink into overload and back, in a cycle): it only lets a lowered correction
-        relax back over hours."""
+        relax back over hours.
+
+        A miss is learned at the load it most likely happened at: the larger of the latency
+        window's mean load and its busiest minute's (``peak_per_replica``, prefill), both per
+        replica averaged over the window. A latency miss with no backlog below
+        :data:`MIN_MISS_LOAD` of the planned load teaches nothing: the mean load cannot explain
+        it (a clump within seconds, which the tail model sizes for, or a prompt too long for
+        the SLO on any number of replicas). Learning from such misses halved the estimate again
+        on every tick the miss stayed in the 5-minute window: one burst minute on the Azure
+        code trace ran the estimate down to its floor, 0.3 of the profile, for the whole
+        hour."""
         self.last_learned = None
         if demand_per_replica is None or demand_per_replica <= 0:
             return
         if latency_p95_s is None and not backlogged:
             return
         planned = self.per_replica()
-        load = demand_per_replica / planned
-        missed = backlogged or (latency_p95_s is not None and latency_p95_s > self.slo_s)
+        at_miss = demand_per_replica
+        if peak_per_replica is not None and math.isfinite(peak_per_replica):
+            at_miss = max(at_miss, peak_per_replica)
+        load = at_miss / planned
+        over = latency_p95_s is not None and latency_p95_s > self.slo_s
+        missed = backlogged or over
+        what = "missed the SLO" if over else "a backlog built"
+        busiest = " (its busiest minute)" if at_miss > demand_per_replica else ""
+        if missed and not backlogged and load < MIN_MISS_LOAD:
+            self.last_learned = (f"missed the SLO at {load:.0%} of the planned load{busiest}, "
+                                 "which the mean load does not explain: capacity unchanged")
+            return
         if missed and load <= 1.0:
             target = self.correction * max(0.5, 0.9 * load)
             step = self.learn_rate
-            what = "missed the SLO" if latency_p95_s is not None and \
-                latency_p95_s > self.slo_s else "a backlog built"
-            self.last_learned = (f"{what} at {load:.0%} of the planned load: capacity "
-                                 f"correction towards {target:.2f}")
+            self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}: "
+                                 f"capacity correction towards {target:.2f}")
         elif not missed and latency_p95_s is not None and latency_p95_s < 0.5 * self.slo_s \
-                and load >= 1.0:
+                and demand_per_replica >= planned:
             target, step = self.correction * 1.1, self.smoothing
-            self.last_learned = f"ample slack at {load:.0%} of the planned load"
+            self.last_learned = (f"ample slack at {demand_per_replica / planned:.0%} of the "
+                                 "planned load")
         elif not missed and now_s is not None and self.correction < 1.0:
             since = self._relaxed_at if self._relaxed_at is not None else now_s
             self._relaxed_at = now_s

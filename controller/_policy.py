@@ -268,9 +268,11 @@ class PdscalePolicy:
                     f"is or was backlogged (within {RATE_WINDOW_S:.0f}s): decode's miss, not "
                     "prefill's")
             latency = None  # no reaction and no learning here
-        ready = st.mean_ready(pool.data_time_s, pool.replicas.ready, RATE_WINDOW_S)
+        ready = max(st.mean_ready(pool.data_time_s, pool.replicas.ready, RATE_WINDOW_S), 1.0)
+        peak = _peak_demand(pool, demand) if key[1] is Role.PREFILL else None
         st.capacity.observe_latency(
-            latency_p95_s=latency, demand_per_replica=demand / max(ready, 1.0),
+            latency_p95_s=latency, demand_per_replica=demand / ready,
+            peak_per_replica=None if peak is None else peak / ready,
             backlogged=backlogged, now_s=pool.data_time_s)
         if st.capacity.last_learned is not None:
             note = st.capacity.last_learned if note is None else \

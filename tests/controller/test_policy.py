@@ -20,6 +20,7 @@ from controller import (
     PoolReplicas,
     load_profile,
 )
+from controller._capacity import MIN_MISS_LOAD
 from controller._perf import HEADROOM
 from controller._policy import KV_GATE, LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
@@ -239,8 +240,8 @@ def test_a_drained_decode_queue_does_not_hold_replicas_for_the_burst_window() ->
 def test_a_ttft_miss_while_decode_is_backlogged_is_not_prefill_s() -> None:
     def run(decode_queue: float) -> tuple[int, tuple[str, ...], float]:
         policy = _policy(burst_window=0)
-        for t in range(0, 300, 15):
-            obs = _obs(t, prompt=20_000.0, ttft=3.0, ready=(4, 2))
+        for t in range(0, 300, 15):  # at 70 % of the planned load, which a miss teaches
+            obs = _obs(t, prompt=100_000.0, ttft=3.0, ready=(4, 2))
             obs.pools[KEY_D].signals["queue_depth"] = decode_queue  # type: ignore[index]
             out = policy.decide(obs)
         return (_desired(out, KEY_P), out[KEY_P].reasons,
@@ -342,15 +343,90 @@ def test_the_load_a_miss_is_learned_at_is_the_latency_window_s() -> None:
     the load per replica it is compared with is averaged over the same window."""
     policy = _policy(burst_window=0)
     for t in range(0, 300, 15):  # 2 ready for 300 s, latency fine
-        policy.decide(_obs(t, prompt=20_000.0, ttft=0.2, ready=(2, 2)))
+        policy.decide(_obs(t, prompt=50_000.0, ttft=0.2, ready=(2, 2)))
     for t in range(300, 360, 15):  # 4 ready for the last minute; the window's p95 misses
-        out = policy.decide(_obs(t, prompt=20_000.0, ttft=0.9, ready=(4, 2)))
+        out = policy.decide(_obs(t, prompt=50_000.0, ttft=0.9, ready=(4, 2)))
     seen = [n for _, n in policy.state[KEY_P].ready_seen]
     mean = sum(seen) / len(seen)
     assert 2 < mean < 3  # 16 ticks of 2 and 4 of 4 (inside 300 s, ending at the last tick)
     planned = out[KEY_P].detail["capacity_per_replica"]
     learned = next(r for r in out[KEY_P].reasons if "missed the SLO at" in r)
-    assert f"at {20_000.0 / mean / planned:.0%} of the planned load" in learned
+    assert f"at {50_000.0 / mean / planned:.0%} of the planned load: capacity correction" \
+        in learned  # per 4 ready it would read under MIN_MISS_LOAD and teach nothing
+
+
+def test_a_miss_the_mean_load_cannot_explain_teaches_nothing() -> None:
+    """A latency miss with no backlog far under the planned load (a clump within seconds, or
+    a prompt too long for the SLO) says nothing about the mean capacity: the estimate stays,
+    however long the miss stays in the latency window. It used to move halfway down on every
+    such tick, so one burst ran it to its floor (0.3) for the hour."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    planned = model.per_replica()
+    for t in range(0, 300, 15):
+        model.observe_latency(latency_p95_s=9.0, demand_per_replica=0.2 * planned,
+                              now_s=float(t))
+    assert model.correction == 1.0
+    assert model.last_learned is not None
+    assert "at 20% of the planned load, which the mean load does not explain" in \
+        model.last_learned and "capacity unchanged" in model.last_learned
+    # At the gate's share it learns; a backlog teaches at any load (the queue explains it).
+    at_gate = CapacityModel(Role.PREFILL, H100, 0.5)
+    at_gate.observe_latency(latency_p95_s=9.0, demand_per_replica=MIN_MISS_LOAD * planned)
+    assert at_gate.correction < 1.0
+    queued = CapacityModel(Role.PREFILL, H100, 0.5)
+    queued.observe_latency(latency_p95_s=9.0, demand_per_replica=0.2 * planned,
+                           backlogged=True)
+    assert queued.correction < 1.0
+
+
+def test_a_miss_is_learned_at_its_busiest_minute_s_load() -> None:
+    """The latency window's p95 most likely missed in its busiest minute: the load a miss is
+    learned at is the larger of the window's mean and that minute's, so the estimate moves
+    towards 0.9 of what a replica carried then (and stops once the plan no longer carries that
+    minute: a miss over the planned load was expected), not of the window's quieter mean."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    planned = model.per_replica()
+    for t in range(0, 600, 15):
+        model.observe_latency(latency_p95_s=2.0, demand_per_replica=0.1 * planned,
+                              peak_per_replica=0.8 * planned, now_s=float(t))
+    assert 0.9 * 0.8 <= model.correction <= 0.8
+    assert model.last_learned is None  # settled: the busiest minute is over the planned load
+    once = CapacityModel(Role.PREFILL, H100, 0.5)
+    once.observe_latency(latency_p95_s=2.0, demand_per_replica=0.1 * planned,
+                         peak_per_replica=0.8 * planned)
+    assert once.last_learned is not None and "at 80% of the planned load (its busiest " \
+        "minute): capacity correction towards 0.72" in once.last_learned
+    # A peak under the mean, or unreadable, is not the load: the mean is.
+    for peak in (0.05 * planned, math.nan, math.inf):
+        other = CapacityModel(Role.PREFILL, H100, 0.5)
+        other.observe_latency(latency_p95_s=2.0, demand_per_replica=0.7 * planned,
+                              peak_per_replica=peak)
+        assert other.last_learned is not None
+        assert "at 70% of the planned load: capacity correction towards 0.63" in \
+            other.last_learned
+
+
+def test_one_burst_minute_in_the_latency_window_does_not_run_the_estimate_down() -> None:
+    """A burst minute misses the SLO on a pool whose 5-minute mean load is low; the 5-minute
+    p95 keeps the miss for five minutes. The estimate settles at the burst minute's load per
+    replica (the peak minute's rate), and without that signal it is not moved at all."""
+    def run(peak: float | None) -> tuple[float, list[str]]:
+        policy = _policy(burst_window=0)
+        reasons: list[str] = []
+        for t in range(0, 300, 15):
+            obs = _with(_obs(t, prompt=15_000.0, ttft=9.0, ready=(6, 2)), KEY_P,
+                        prompt_tokens_peak_per_s=peak)
+            reasons += policy.decide(obs)[KEY_P].reasons
+        return policy.state[KEY_P].capacity.correction, reasons
+
+    planned = _policy().state[KEY_P].capacity.per_replica()
+    busiest = 150_000.0 / 6 / planned
+    correction, reasons = run(150_000.0)
+    assert 0.9 * busiest - 0.01 <= correction <= busiest  # run to the floor before
+    assert any("(its busiest minute)" in r for r in reasons)
+    correction, reasons = run(None)
+    assert correction == 1.0
+    assert any("does not explain" in r for r in reasons)
 
 
 def test_a_restarted_controller_sizes_from_history_at_once() -> None:
