@@ -85,6 +85,9 @@ class Cause(StrEnum):
     """Nothing to change."""
     FORECAST = "forecast"
     """Sized up for the demand forecast one lead ahead (or the demand now)."""
+    TAIL = "tail"
+    """Sized up by the prefill tail model (the arriving work's 95th percentile within
+    seconds, from the prompt tokens' measured dispersion), over the demand's need."""
     REACTIVE = "reactive"
     """Latency over the SLO or a backlog: sized to drain it."""
     SCALE_DOWN = "scale_down"

@@ -125,6 +125,8 @@ class Need:
 
     reasons: tuple[str, ...]
     detail: dict[str, float | str | None]
+    tail: bool = False
+    """The prefill tail model set ``need`` (over the load's and the backlog's needs)."""
 
 
 def _load(x: SizingInputs) -> tuple[float, float, float | None]:
@@ -220,6 +222,7 @@ def size(x: SizingInputs) -> Need:
         reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
                        f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
         need = burst_need
+    by_tail = False
     tail, tail_load, tail_window = _tail_need(x, sized_for)
     tail = min(tail, 2 * max(need, 1))
     if tail > need:
@@ -228,7 +231,7 @@ def size(x: SizingInputs) -> Need:
                        f"{tail_window:g}s at its 95th percentile, {tail_load:.4g}/s, needs "
                        f"{tail} replicas at {x.saturated_per_replica:.4g}/s saturated (at most "
                        "twice the need)")
-        need = tail
+        need, by_tail = tail, True
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,
                    "dispersion": x.dispersion if x.role is Role.PREFILL else None,
                    "tail_need": tail if x.role is Role.PREFILL and x.dispersion is not None
@@ -250,4 +253,5 @@ def size(x: SizingInputs) -> Need:
         detail.update({"latency_signal": signal.value, "latency_p95_s": x.latency_s,
                        "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive,
                        "backlog_at_lead": at_lead, "starting": x.starting})
-    return Need(max(need, reactive), need, reactive, remembered, tuple(reasons), detail)
+    return Need(max(need, reactive), need, reactive, remembered, tuple(reasons), detail,
+                tail=by_tail)

@@ -124,7 +124,8 @@ def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
                   if e[0] >= now_s - stabilisation_s)
     after = replace(history, needs=needs, first_seen_s=first)
     if target > current:
-        cause = Cause.REACTIVE if need.reactive > need.need else Cause.FORECAST
+        cause = Cause.REACTIVE if need.reactive > need.need else \
+            Cause.TAIL if need.tail else Cause.FORECAST
         reasons: tuple[str, ...] = ()
         down = history.last_down_s
         if down is not None and now_s - down <= stabilisation_s and burst_window_s > 0:

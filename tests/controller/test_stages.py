@@ -75,12 +75,23 @@ def test_the_tail_sizes_for_clumped_arrivals_within_the_slo() -> None:
     assert not any(r.startswith("tail") for r in unread.reasons)
     clumped = size(replace(BASE, dispersion=60_000.0))  # 30k + 1.645 x 18,974 = 61,212/s
     assert clumped.need == 5 and clumped.detail["tail_need"] == 5
+    assert clumped.tail and not unread.tail
+    # A decision the tail drove says so in its cause (the reactive path's still wins).
+    up = stabilise(clumped, PoolHistory(), now_s=0.0, current=3, max_replicas=40,
+                   stabilisation_s=600.0, max_step_down=2)
+    assert (up.desired, up.cause) == (5, Cause.TAIL)
+    missed = replace(clumped, replicas=7, reactive=7)
+    assert stabilise(missed, PoolHistory(), now_s=0.0, current=3, max_replicas=40,
+                     stabilisation_s=600.0, max_step_down=2).cause is Cause.REACTIVE
+    # A backlog's own need over the tail's is not the tail's.
+    queued = size(replace(BASE, dispersion=60_000.0, latency_s=2.0, queue=2_000.0))
+    assert queued.need == 6 > queued.detail["tail_need"] and not queued.tail  # type: ignore[operator]
     assert any(r.startswith("tail:") and "6.121e+04/s" in r and "needs 5 replicas" in r
                for r in clumped.reasons)
     # Independent arrivals of 1,500-token prompts (cv 1.5) on a hundredfold load: the p95 of
     # the arrivals is within the planned headroom, the tail adds nothing.
     large = size(replace(BASE, demand=3e6, dispersion=1500 * (1 + 1.5 ** 2)))
-    assert large.need == 300 and large.detail["tail_need"] == 248
+    assert large.need == 300 and large.detail["tail_need"] == 248 and not large.tail
     assert not any(r.startswith("tail") for r in large.reasons)
     # A 20 s SLO spreads the same clumps over four times the window: 45,605/s -> 4.
     assert size(replace(BASE, dispersion=60_000.0, slo_s=20.0)).need == 4
