@@ -13,12 +13,13 @@ misses its latency SLO at a load the model said it could carry, the model was op
 this pool's arrivals (clumped arrivals need standing capacity the mean load does not show):
 the correction moves a quarter of the way a tick towards 0.9 of the load the miss happened at
 (the latency window's busiest minute where it is known), so it converges within minutes and
-one bad minute moves it at most to just under the load it was seen at. A latency miss far
-under the planned load, with no queue, is not the mean load's (:data:`MIN_MISS_LOAD`) and
-teaches nothing. When a pool is well within the SLO at or above the planned load, the model was
-pessimistic (+10 %, slowly). Without misses the correction relaxes back towards 1 over hours
-(what bursts needed is kept while they recur). The load per replica is the latency window's
-(the policy averages the ready replicas over it). Bounded to [0.3, 1.5] of the profile.
+one bad minute moves it at most to just under the load it was seen at. A prefill latency miss
+far under the planned load, with no backlog, is one the load cannot explain
+(:data:`MIN_MISS_LOAD`) and teaches nothing. When a pool is well within the SLO at or above
+the planned load, the model was pessimistic (+10 %, slowly). Without misses the correction
+relaxes back towards 1 over hours (what bursts needed is kept while they recur); a tick that
+misses is no time without misses. The load per replica is the latency window's (the policy
+averages the ready replicas over it). Bounded to [0.3, 1.5] of the profile.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from pdscale.spec import Role
 __all__ = ["MIN_MISS_LOAD", "CapacityModel"]
 
 MIN_MISS_LOAD = 0.5
-"""A latency miss (with no backlog) below this share of the planned load is not learned from:
-see :meth:`CapacityModel.observe_latency`."""
+"""A prefill latency miss (with no backlog) below this share of the planned load is not learned
+from: see :meth:`CapacityModel.observe_latency`."""
 
 @dataclass
 class CapacityModel:
@@ -134,13 +135,15 @@ class CapacityModel:
 
         A miss is learned at the load it most likely happened at: the larger of the latency
         window's mean load and its busiest minute's (``peak_per_replica``, prefill), both per
-        replica averaged over the window. A latency miss with no backlog below
-        :data:`MIN_MISS_LOAD` of the planned load teaches nothing: the mean load cannot explain
-        it (a clump within seconds, which the tail model sizes for, or a prompt too long for
-        the SLO on any number of replicas). Learning from such misses halved the estimate again
-        on every tick the miss stayed in the 5-minute window: one burst minute on the Azure
-        code trace ran the estimate down to its floor, 0.3 of the profile, for the whole
-        hour."""
+        replica averaged over the window. A prefill latency miss with no backlog below
+        :data:`MIN_MISS_LOAD` of the planned load teaches nothing: the load cannot explain it
+        (a clump within seconds, which the tail model sizes for, or a prompt too long for the
+        SLO on any number of replicas). Learning from such misses moved the estimate an eighth
+        lower (a quarter of the way to half) on every tick the miss stayed in the 5-minute
+        window: one burst minute on the Azure code trace ran it down to its floor, 0.3 of the
+        profile, for the whole hour. Decode has no tail model and no peak signal: its misses
+        are learned at any load, as before. A tick that misses, learned from or not, does not
+        count towards the relaxation."""
         self.last_learned = None
         if demand_per_replica is None or demand_per_replica <= 0:
             return
@@ -155,9 +158,11 @@ class CapacityModel:
         missed = backlogged or over
         what = "missed the SLO" if over else "a backlog built"
         busiest = " (its busiest minute)" if at_miss > demand_per_replica else ""
-        if missed and not backlogged and load < MIN_MISS_LOAD:
+        if missed and now_s is not None:
+            self._relaxed_at = now_s  # a tick that misses is no time without misses
+        if missed and not backlogged and load < MIN_MISS_LOAD and self.role is Role.PREFILL:
             self.last_learned = (f"missed the SLO at {load:.0%} of the planned load{busiest}, "
-                                 "which the mean load does not explain: capacity unchanged")
+                                 "which the load does not explain: capacity unchanged")
             return
         if missed and load <= 1.0:
             target = self.correction * max(0.5, 0.9 * load)

@@ -5,7 +5,8 @@ Pure functions over an immutable :class:`PoolHistory` (the needs of the last
 each returns the new history with its answer.
 
 * Scale up at once (the cause is ``reactive`` when the reactive path asked for more than the
-  sizing did, else ``forecast``). A scale-up within the stabilisation window after a
+  sizing did, else ``tail`` when the prefill tail model set the sizing's need, else
+  ``forecast``). A scale-up within the stabilisation window after a
   scale-down is a reversal: the scale-down forgot capacity a burst came back for, so the
   burst hold's half-life doubles (and relaxes back over hours without reversals).
 * Scale down only once the need has stayed below the current replicas for the whole

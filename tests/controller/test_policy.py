@@ -367,7 +367,7 @@ def test_a_miss_the_mean_load_cannot_explain_teaches_nothing() -> None:
                               now_s=float(t))
     assert model.correction == 1.0
     assert model.last_learned is not None
-    assert "at 20% of the planned load, which the mean load does not explain" in \
+    assert "at 20% of the planned load, which the load does not explain" in \
         model.last_learned and "capacity unchanged" in model.last_learned
     # At the gate's share it learns; a backlog teaches at any load (the queue explains it).
     at_gate = CapacityModel(Role.PREFILL, H100, 0.5)
@@ -377,6 +377,49 @@ def test_a_miss_the_mean_load_cannot_explain_teaches_nothing() -> None:
     queued.observe_latency(latency_p95_s=9.0, demand_per_replica=0.2 * planned,
                            backlogged=True)
     assert queued.correction < 1.0
+    # Decode has no tail model: its misses are learned at any load, as before.
+    decode = CapacityModel(Role.DECODE, H100, 0.05)
+    decode.observe_latency(latency_p95_s=0.09, demand_per_replica=0.2 * decode.per_replica())
+    assert decode.correction < 1.0 and decode.last_learned is not None
+    assert "capacity correction towards" in decode.last_learned
+
+
+def test_ticks_that_miss_are_not_time_without_misses() -> None:
+    """The correction relaxes back towards 1 over hours without misses; an hour of misses it
+    learned nothing from (under the gate, or over the planned load) is not such an hour."""
+    def relaxed_after(latency: float, demand_share: float) -> float:
+        model = CapacityModel(Role.PREFILL, H100, 0.5)
+        model.correction = 0.5
+        model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.1 * model.per_replica(),
+                              now_s=0.0)
+        for t in range(15, 3600, 15):
+            model.observe_latency(latency_p95_s=latency,
+                                  demand_per_replica=demand_share * model.per_replica(),
+                                  now_s=float(t))
+        assert latency < model.slo_s or model.correction == 0.5  # misses taught nothing
+        model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.1 * model.per_replica(),
+                              now_s=3600.0)
+        return model.correction
+
+    one_tick = 0.5 + 0.5 * (1 - math.exp(-15 / 7200))
+    assert relaxed_after(9.0, 0.2) == pytest.approx(one_tick)  # misses under the gate
+    assert relaxed_after(9.0, 1.5) == pytest.approx(one_tick)  # misses over the planned load
+    hour = 0.5 + 0.5 * (1 - math.exp(-3600 / 7200))
+    assert relaxed_after(0.2, 0.1) == pytest.approx(hour)  # an hour within the SLO
+
+
+def test_slack_is_read_at_the_mean_load_not_the_busiest_minute() -> None:
+    """Ample slack raises the estimate only when the window's mean load was at or above the
+    plan: a busy minute within a quieter window that met the SLO says little about capacity."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    planned = model.per_replica()
+    for _ in range(20):
+        model.observe_latency(latency_p95_s=0.1, demand_per_replica=0.8 * planned,
+                              peak_per_replica=1.2 * planned)
+    assert model.correction == 1.0 and model.last_learned is None
+    model.observe_latency(latency_p95_s=0.1, demand_per_replica=1.2 * planned)
+    assert model.correction > 1.0 and model.last_learned is not None
+    assert model.last_learned.startswith("ample slack at 120%")
 
 
 def test_a_miss_is_learned_at_its_busiest_minute_s_load() -> None:
@@ -427,6 +470,25 @@ def test_one_burst_minute_in_the_latency_window_does_not_run_the_estimate_down()
     correction, reasons = run(None)
     assert correction == 1.0
     assert any("does not explain" in r for r in reasons)
+
+
+def test_the_busiest_minute_is_per_replica_of_the_latency_window() -> None:
+    """The peak minute is divided by the ready replicas averaged over the latency window, as
+    the mean load is: the window's p95 carries the smaller pool's misses."""
+    policy = _policy(burst_window=0)
+    for t in range(0, 240, 15):  # 2 ready, latency fine
+        policy.decide(_with(_obs(t, prompt=10_000.0, ttft=0.2, ready=(2, 2)), KEY_P,
+                            prompt_tokens_peak_per_s=10_000.0))
+    for t in range(240, 300, 15):  # 4 ready; a busy minute in the window, the p95 misses
+        out = policy.decide(_with(_obs(t, prompt=10_000.0, ttft=0.9, ready=(4, 2)), KEY_P,
+                                  prompt_tokens_peak_per_s=60_000.0))
+    seen = [n for _, n in policy.state[KEY_P].ready_seen]
+    mean = sum(seen) / len(seen)
+    assert 2 < mean < 3
+    planned = out[KEY_P].detail["capacity_per_replica"]
+    learned = next(r for r in out[KEY_P].reasons if "missed the SLO at" in r)
+    assert f"at {60_000.0 / mean / planned:.0%} of the planned load (its busiest minute)" \
+        in learned  # per the 4 ready now: under MIN_MISS_LOAD, and nothing learned
 
 
 def test_a_restarted_controller_sizes_from_history_at_once() -> None:
