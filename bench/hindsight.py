@@ -310,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.cold_starts} --windows {args.windows} --margins {args.margins}`, seed "
             f"{args.seed}; oracle and pdscale from {args.reference.name}"
             + (f"; runs reused from {args.reuse}" if args.reuse else "") + ".\n\n")
-    payload = {"runs": rows, "summary": summary, "reference": str(args.reference),
+    ref = args.reference.resolve()
+    shown = ref.relative_to(ROOT) if ref.is_relative_to(ROOT) else ref
+    payload = {"runs": rows, "summary": summary, "reference": str(shown),
                "python": platform.python_version(),
                "wall_s": (earlier["wall_s"] if args.reuse is not None
                           else round(time.perf_counter() - started, 1))}
