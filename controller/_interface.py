@@ -89,7 +89,8 @@ class Cause(StrEnum):
     """Sized up by the prefill tail model (the arriving work's 95th percentile within
     seconds, from the prompt tokens' measured dispersion), over the demand's need."""
     REACTIVE = "reactive"
-    """Latency over the SLO or a backlog: sized to drain it."""
+    """Latency over the SLO or a backlog: sized to drain it (the reactive path), or a prefill
+    backlog sized to be served within the TTFT SLO (the burst)."""
     SCALE_DOWN = "scale_down"
     """The need stayed lower for the stabilisation window."""
     DEGRADED = "degraded"

@@ -127,6 +127,8 @@ class Need:
     detail: dict[str, float | str | None]
     tail: bool = False
     """The prefill tail model set ``need`` (over the load's and the backlog's needs)."""
+    burst: bool = False
+    """The prefill backlog, served within the SLO, set ``need`` (over the load's need)."""
 
 
 def _load(x: SizingInputs) -> tuple[float, float, float | None]:
@@ -218,11 +220,11 @@ def size(x: SizingInputs) -> Need:
                   if hold > load else ""),
                f"capacity {x.per_replica:.4g}/s per replica (correction "
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
+    by_burst = by_tail = False
     if burst_need > need:
         reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
                        f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
-        need = burst_need
-    by_tail = False
+        need, by_burst = burst_need, True
     tail, tail_load, tail_window = _tail_need(x, sized_for)
     tail = min(tail, 2 * max(need, 1))
     if tail > need:
@@ -231,7 +233,7 @@ def size(x: SizingInputs) -> Need:
                        f"{tail_window:g}s at its 95th percentile, {tail_load:.4g}/s, needs "
                        f"{tail} replicas at {x.saturated_per_replica:.4g}/s saturated (at most "
                        "twice the need)")
-        need, by_tail = tail, True
+        need, by_tail, by_burst = tail, True, False
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,
                    "dispersion": x.dispersion if x.role is Role.PREFILL else None,
                    "tail_need": tail if x.role is Role.PREFILL and x.dispersion is not None
@@ -254,4 +256,4 @@ def size(x: SizingInputs) -> Need:
                        "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive,
                        "backlog_at_lead": at_lead, "starting": x.starting})
     return Need(max(need, reactive), need, reactive, remembered, tuple(reasons), detail,
-                tail=by_tail)
+                tail=by_tail, burst=by_burst)

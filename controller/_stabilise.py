@@ -5,8 +5,8 @@ Pure functions over an immutable :class:`PoolHistory` (the needs of the last
 each returns the new history with its answer.
 
 * Scale up at once (the cause is ``reactive`` when the reactive path asked for more than the
-  sizing did, else ``tail`` when the prefill tail model set the sizing's need, else
-  ``forecast``). A scale-up within the stabilisation window after a
+  sizing did or a prefill backlog set the sizing's need, else ``tail`` when the prefill tail
+  model set it, else ``forecast``). A scale-up within the stabilisation window after a
   scale-down is a reversal: the scale-down forgot capacity a burst came back for, so the
   burst hold's half-life doubles (and relaxes back over hours without reversals).
 * Scale down only once the need has stayed below the current replicas for the whole
@@ -125,7 +125,7 @@ def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
                   if e[0] >= now_s - stabilisation_s)
     after = replace(history, needs=needs, first_seen_s=first)
     if target > current:
-        cause = Cause.REACTIVE if need.reactive > need.need else \
+        cause = Cause.REACTIVE if need.reactive > need.need or need.burst else \
             Cause.TAIL if need.tail else Cause.FORECAST
         reasons: tuple[str, ...] = ()
         down = history.last_down_s

@@ -83,9 +83,17 @@ def test_the_tail_sizes_for_clumped_arrivals_within_the_slo() -> None:
     missed = replace(clumped, replicas=7, reactive=7)
     assert stabilise(missed, PoolHistory(), now_s=0.0, current=3, max_replicas=40,
                      stabilisation_s=600.0, max_step_down=2).cause is Cause.REACTIVE
-    # A backlog's own need over the tail's is not the tail's.
+    # A backlog's own need over the tail's is not the tail's: it is the burst's, a reactive
+    # cause (a queue sized to be served within the SLO).
     queued = size(replace(BASE, dispersion=60_000.0, latency_s=2.0, queue=2_000.0))
     assert queued.need == 6 > queued.detail["tail_need"] and not queued.tail  # type: ignore[operator]
+    assert queued.burst and not clumped.burst and not unread.burst
+    assert stabilise(replace(queued, replicas=6, reactive=0), PoolHistory(), now_s=0.0,
+                     current=3, max_replicas=40, stabilisation_s=600.0,
+                     max_step_down=2).cause is Cause.REACTIVE
+    # A tail over the burst's need is the tail's.
+    over = size(replace(BASE, dispersion=60_000.0, queue=12.0, latency_s=2.0))
+    assert over.detail["burst_need"] == 4 and over.need == 5 and over.tail and not over.burst
     assert any(r.startswith("tail:") and "6.121e+04/s" in r and "needs 5 replicas" in r
                for r in clumped.reasons)
     # Independent arrivals of 1,500-token prompts (cv 1.5) on a hundredfold load: the p95 of
