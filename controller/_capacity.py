@@ -158,8 +158,11 @@ class CapacityModel:
         missed = backlogged or over
         what = "missed the SLO" if over else "a backlog built"
         busiest = " (its busiest minute)" if at_miss > demand_per_replica else ""
-        if missed and now_s is not None:
-            self._relaxed_at = now_s  # a tick that misses is no time without misses
+        since = self._relaxed_at if self._relaxed_at is not None else now_s
+        if now_s is not None:
+            # Relaxation is over the time since the last tick read, so a tick that misses,
+            # learned from or not, is no time without misses.
+            self._relaxed_at = now_s
         if missed and not backlogged and load < MIN_MISS_LOAD and self.role is Role.PREFILL:
             self.last_learned = (f"missed the SLO at {load:.0%} of the planned load{busiest}, "
                                  "which the load does not explain: capacity unchanged")
@@ -174,13 +177,9 @@ class CapacityModel:
             target, step = self.correction * 1.1, self.smoothing
             self.last_learned = (f"ample slack at {demand_per_replica / planned:.0%} of the "
                                  "planned load")
-        elif not missed and now_s is not None and self.correction < 1.0:
-            since = self._relaxed_at if self._relaxed_at is not None else now_s
-            self._relaxed_at = now_s
+        elif not missed and now_s is not None and since is not None and self.correction < 1.0:
             target, step = 1.0, 1 - math.exp(-max(0.0, now_s - since) / self.relax_s)
         else:
             return
-        if now_s is not None:
-            self._relaxed_at = now_s
         self.correction += step * (target - self.correction)
         self.correction = min(self.max_correction, max(self.min_correction, self.correction))
