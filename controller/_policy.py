@@ -248,9 +248,10 @@ class PdscalePolicy:
             return None, got.reason
         return got, f"forecast q{self.settings.scale_up_quantile:g} over {lead:.0f}s"
 
-    def _observe(self, key: PoolKey, pool: PoolObservation, ctx: _Context, demand: float
-                 ) -> tuple[float, int, float | None, bool, str | None]:
-        """Teach the capacity model the lengths and the latency; returns the capacity per
+    def _observe(self, key: PoolKey, pool: PoolObservation, ctx: _Context, demand: float,
+                 peak: float | None) -> tuple[float, int, float | None, bool, str | None]:
+        """Teach the capacity model the lengths and the latency (a miss at the larger of the
+        demand and ``peak``, the prefill peak minute); returns the capacity per
         replica it planned with, the pool's own latency (None when the miss is decode's),
         whether it is backlogged, and the note saying so."""
         st = self.state[key]
@@ -269,7 +270,6 @@ class PdscalePolicy:
                     "prefill's")
             latency = None  # no reaction and no learning here
         ready = max(st.mean_ready(pool.data_time_s, pool.replicas.ready, RATE_WINDOW_S), 1.0)
-        peak = _peak_demand(pool, demand) if key[1] is Role.PREFILL else None
         st.capacity.observe_latency(
             latency_p95_s=latency, demand_per_replica=demand / ready,
             peak_per_replica=None if peak is None else peak / ready,
@@ -303,7 +303,10 @@ class PdscalePolicy:
             demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
         elif key[1] is Role.PREFILL:
             demand = uncached_prefill_demand(demand, hit)
-        per_replica, batch, latency, backlogged, note = self._observe(key, pool, ctx, demand)
+        prefill = key[1] is Role.PREFILL
+        peak = _peak_demand(pool, demand) if prefill else None
+        per_replica, batch, latency, backlogged, note = self._observe(key, pool, ctx, demand,
+                                                                      peak)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
@@ -315,7 +318,6 @@ class PdscalePolicy:
             st.history = st.history.seeded(
                 self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
-        prefill = key[1] is Role.PREFILL
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
@@ -328,7 +330,7 @@ class PdscalePolicy:
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,
             hold=st.history.hold(now, window),
-            peak=_peak_demand(pool, demand) if prefill else None,
+            peak=peak,
             nominal_per_replica=cap.nominal_per_replica(),
             hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,
             drain_s=float(settings.drain_time), lead_s=lead,
