@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Literal
 
 from pdscale.spec import Role
 from telemetry import DISPERSION_WINDOW_S, Signal
@@ -125,10 +126,17 @@ class Need:
 
     reasons: tuple[str, ...]
     detail: dict[str, float | str | None]
-    tail: bool = False
-    """The prefill tail model set ``need`` (over the load's and the backlog's needs)."""
-    burst: bool = False
-    """The prefill backlog, served within the SLO, set ``need`` (over the load's need)."""
+    set_by: Literal["load", "burst", "tail"] = "load"
+    """Which term set ``need``: the load's, the prefill backlog's (served within the SLO), or
+    the prefill tail model's (each only where it asked for more than those before it)."""
+
+    @property
+    def tail(self) -> bool:
+        return self.set_by == "tail"
+
+    @property
+    def burst(self) -> bool:
+        return self.set_by == "burst"
 
 
 def _load(x: SizingInputs) -> tuple[float, float, float | None]:
@@ -220,11 +228,11 @@ def size(x: SizingInputs) -> Need:
                   if hold > load else ""),
                f"capacity {x.per_replica:.4g}/s per replica (correction "
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
-    by_burst = by_tail = False
+    set_by: Literal["load", "burst", "tail"] = "load"
     if burst_need > need:
         reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
                        f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
-        need, by_burst = burst_need, True
+        need, set_by = burst_need, "burst"
     tail, tail_load, tail_window = _tail_need(x, sized_for)
     tail = min(tail, 2 * max(need, 1))
     if tail > need:
@@ -233,7 +241,7 @@ def size(x: SizingInputs) -> Need:
                        f"{tail_window:g}s at its 95th percentile, {tail_load:.4g}/s, needs "
                        f"{tail} replicas at {x.saturated_per_replica:.4g}/s saturated (at most "
                        "twice the need)")
-        need, by_tail, by_burst = tail, True, False
+        need, set_by = tail, "tail"
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,
                    "dispersion": x.dispersion if x.role is Role.PREFILL else None,
                    "tail_need": tail if x.role is Role.PREFILL and x.dispersion is not None
@@ -256,4 +264,4 @@ def size(x: SizingInputs) -> Need:
                        "slo_s": x.slo_s, "queue_depth": x.queue, "reactive": reactive,
                        "backlog_at_lead": at_lead, "starting": x.starting})
     return Need(max(need, reactive), need, reactive, remembered, tuple(reasons), detail,
-                tail=by_tail, burst=by_burst)
+                set_by=set_by)
