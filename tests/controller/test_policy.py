@@ -296,9 +296,9 @@ def test_a_waiting_queue_at_planned_load_lowers_the_capacity_estimate() -> None:
             assert model.last_learned is not None
             assert model.last_learned.startswith("a backlog built at 50%")
     assert model.correction < 0.8
-    slack = CapacityModel(Role.PREFILL, H100, 0.5)
-    for _ in range(20):  # ample slack below the planned load is the headroom, not an error
-        slack.observe_latency(latency_p95_s=0.05, demand_per_replica=0.8 * slack.per_replica())
+    slack = CapacityModel(Role.DECODE, H100, 0.05)
+    for _ in range(20):  # decode's slack below the planned load is the headroom, not an error
+        slack.observe_latency(latency_p95_s=0.01, demand_per_replica=0.8 * slack.per_replica())
     assert slack.correction == 1.0
     # A backlog above the planned load is not slack, however low the p95 still is.
     busy = CapacityModel(Role.PREFILL, H100, 0.5)
@@ -409,17 +409,87 @@ def test_ticks_that_miss_are_not_time_without_misses() -> None:
 
 
 def test_slack_is_read_at_the_mean_load_not_the_busiest_minute() -> None:
-    """Ample slack raises the estimate only when the window's mean load was at or above the
-    plan: a busy minute within a quieter window that met the SLO says little about capacity."""
+    """Slack raises the estimate by what the window's mean load allows: a busy minute within a
+    quieter window that met the SLO says little about capacity. At 64 % of the saturated
+    throughput (0.8 of the plan) a p95 of 0.2 s against 0.5 s allows no more than the plan;
+    read at the busiest minute's 96 % it would have allowed 95 %."""
     model = CapacityModel(Role.PREFILL, H100, 0.5)
     planned = model.per_replica()
     for _ in range(20):
-        model.observe_latency(latency_p95_s=0.1, demand_per_replica=0.8 * planned,
+        model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.8 * planned,
                               peak_per_replica=1.2 * planned)
     assert model.correction == 1.0 and model.last_learned is None
     model.observe_latency(latency_p95_s=0.1, demand_per_replica=1.2 * planned)
     assert model.correction > 1.0 and model.last_learned is not None
-    assert model.last_learned.startswith("ample slack at 120%")
+    assert model.last_learned.startswith("TTFT p95 0.1s at 96% of the saturated throughput")
+    decode = CapacityModel(Role.DECODE, H100, 0.05)
+    decode.observe_latency(latency_p95_s=0.01, demand_per_replica=1.2 * decode.per_replica())
+    assert decode.correction > 1.0 and decode.last_learned is not None
+    assert decode.last_learned.startswith("ample slack at 120%")
+
+
+def _kingman_allows(p95: float, slo: float, rho: float) -> float:
+    """The utilisation at which p95 x f(rho') / f(rho) reaches half the SLO, f = x / (1 - x)."""
+    grow = 0.5 * slo / p95 * rho / (1 - rho)
+    return grow / (1 + grow)
+
+
+def test_prefill_slack_raises_the_estimate_as_far_as_queueing_allows() -> None:
+    """A prefill pool well within its TTFT SLO near its planned load learns, within minutes,
+    to plan for the utilisation at which its p95, grown as queueing grows it (rho / (1 -
+    rho)), would reach half the SLO; no further however long the slack lasts, never past 95 %
+    of the saturated throughput, and not at all from a quiet pool or a p95 already near the
+    SLO. Misses still lower it."""
+    model = CapacityModel(Role.PREFILL, H100, 0.5)
+    saturated, planned = model.saturated_prefill(), model.per_replica()
+    assert planned == pytest.approx(HEADROOM * saturated)
+    demand = 0.8 * planned  # 64 % of the saturated throughput
+    allowed = _kingman_allows(0.08, 0.5, demand / saturated)
+    assert HEADROOM < allowed < 0.95
+    for _ in range(40):  # ten minutes of 15 s ticks at a p95 of 80 ms
+        model.observe_latency(latency_p95_s=0.08, demand_per_replica=demand)
+    assert model.correction == pytest.approx(allowed / HEADROOM, rel=0.02)
+    for _ in range(400):  # settled: no further
+        model.observe_latency(latency_p95_s=0.08, demand_per_replica=demand)
+    assert model.correction <= allowed / HEADROOM + 1e-9
+    assert model.per_replica() <= allowed * saturated + 1e-6
+
+    capped = CapacityModel(Role.PREFILL, H100, 0.5)
+    for _ in range(400):  # a p95 of 10 ms at 90 % of saturated would allow more: capped
+        capped.observe_latency(latency_p95_s=0.01, demand_per_replica=0.9 * saturated)
+    assert 0.94 * saturated < capped.per_replica() <= 0.95 * saturated
+
+    for p95, share in ((0.08, 0.4), (0.4, 0.8)):  # quiet pool; a p95 near the SLO
+        still = CapacityModel(Role.PREFILL, H100, 0.5)
+        for _ in range(40):
+            still.observe_latency(latency_p95_s=p95, demand_per_replica=share * planned)
+        assert still.correction == 1.0 and still.last_learned is None
+
+    for _ in range(8):  # two minutes of misses at the raised plan's load
+        model.observe_latency(latency_p95_s=0.9, demand_per_replica=0.9 * model.per_replica())
+    assert model.correction < 1.0
+
+
+def test_prefill_slack_lifts_a_lowered_estimate_only_as_far_as_it_shows() -> None:
+    """An estimate the misses lowered rises again where the p95 shows slack at the load, to
+    what the queueing extrapolation allows, not to 1 whatever the p95: a p95 at 60 % of the
+    SLO at 0.6 of the uncorrected plan allows less than the plan, and only relaxation over
+    hours moves it then."""
+    lowered = CapacityModel(Role.PREFILL, H100, 0.5)
+    lowered.correction = 0.6
+    nominal = lowered.nominal_per_replica()
+    for t in range(0, 600, 15):
+        lowered.observe_latency(latency_p95_s=0.06, demand_per_replica=0.7 * nominal,
+                                now_s=float(t))
+    assert lowered.correction > 1.0
+    near = CapacityModel(Role.PREFILL, H100, 0.5)
+    near.correction = 0.6
+    for t in range(0, 600, 15):
+        near.observe_latency(latency_p95_s=0.3, demand_per_replica=0.6 * nominal,
+                             now_s=float(t))
+    # Kingman allows 0.30 / 0.8 = 0.38 of the plan: only the slow relaxation (ten minutes
+    # of the two-hour time constant) moved it.
+    assert near.correction == pytest.approx(1 - 0.4 * math.exp(-585 / 7200), abs=1e-3)
 
 
 def test_a_miss_is_learned_at_its_busiest_minute_s_load() -> None:
