@@ -17,18 +17,18 @@ one bad minute moves it at most to just under the load it was seen at. A prefill
 far under the planned load, with no backlog, is one the load cannot explain
 (:data:`MIN_MISS_LOAD`) and teaches nothing.
 
-Slack raises it. Prefill: within the SLO at half the plan or more, the p95 extrapolated by
-queueing (waiting grows as rho / (1 - rho) with the utilisation rho) says how far the
-utilisation may rise before the p95 reaches half the SLO (at most 95 % of the saturated
-throughput); the correction moves a tenth of the way a tick towards it. The plan's fixed
-headroom is a guess for unknown arrivals; the pool's own p95 at its own load measures it
+Slack raises it. Prefill: within half the SLO at half the profile's (uncorrected) plan or more,
+the p95 extrapolated by queueing (waiting grows as rho / (1 - rho) with the utilisation rho)
+says how far the utilisation may rise before the p95 reaches half the SLO (at most 95 % of the
+saturated throughput); the correction moves a tenth of the way a tick towards it. The plan's
+fixed headroom is a guess for unknown arrivals; the pool's own p95 at its own load measures it
 (on ServeGen's smooth load a pool at 80-88 % of its saturated throughput read a TTFT p95 of
 65-90 ms against a 0.5 s SLO). Decode: well within the SLO at or above the planned load, the
-model was pessimistic (+10 %, slowly).
-Without misses a lowered correction relaxes back towards 1 over hours (what bursts needed is
-kept while they recur), or sooner where the prefill p95 shows the slack; a tick that misses is
-no time without misses. The load per replica is the latency window's (the policy averages the
-ready replicas over it). Bounded to [0.3, 1.5] of the profile.
+model was pessimistic (+10 %, slowly). Without misses a lowered correction relaxes back towards
+1 over hours (what bursts needed is kept while they recur), or faster where the prefill p95
+shows more slack than that; a tick that misses is no time without misses. The load per replica
+is the latency window's (the policy averages the ready replicas over it). Bounded to [0.3, 1.5]
+of the profile.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class CapacityModel:
     min_correction: float = 0.3
     max_correction: float = 1.5
     smoothing: float = 0.1
-    """Step towards a higher estimate (ample slack at high load)."""
+    """Step towards a higher estimate (prefill: the queueing extrapolation's; decode: ample
+    slack at or above the planned load)."""
     learn_rate: float = 0.25
     """Step towards a lower estimate (a miss at or under the planned load)."""
     relax_s: float = 7200.0
@@ -149,20 +150,23 @@ class CapacityModel:
         The whole p95 is taken as waiting, which grows as rho / (1 - rho) with the utilisation
         rho of the saturated throughput (Kingman's heavy-traffic form, whatever the arrivals'
         burstiness): p95(rho) = p95_seen x f(rho) / f(rho_seen). Counting the prompts' own
-        service time as waiting over-states the growth, so the utilisation it allows is a lower
-        bound; at most :data:`MAX_UTILISATION`. Slack only raises the correction: lowering it
-        is the misses' to do."""
+        service time as waiting over-states the growth, so for a profile that is right the
+        utilisation it allows is a lower bound; at most :data:`MAX_UTILISATION`. Read only
+        under that utilisation (near saturation a 5-minute p95 is far from the queue's steady
+        state, and an optimistic profile under-states rho) and with the p95 within
+        :data:`SLACK_SHARE` of the SLO (over it, there is no slack to extrapolate). Slack only
+        raises the correction: lowering it is the misses' to do."""
         saturated = self.saturated_prefill()
         nominal = self.nominal_per_replica()
-        if latency_p95_s is None or latency_p95_s <= 0 or saturated <= 0 or nominal <= 0 \
-                or demand_per_replica < MIN_SLACK_LOAD * nominal:
+        if latency_p95_s is None or not math.isfinite(latency_p95_s) or latency_p95_s <= 0 \
+                or latency_p95_s > SLACK_SHARE * self.slo_s or saturated <= 0 \
+                or nominal <= 0 or demand_per_replica < MIN_SLACK_LOAD * nominal:
             return None
         rho = demand_per_replica / saturated
-        if rho >= 1.0:
-            allowed = MAX_UTILISATION
-        else:
-            grow = SLACK_SHARE * self.slo_s / latency_p95_s * rho / (1.0 - rho)
-            allowed = min(MAX_UTILISATION, grow / (1.0 + grow))
+        if rho >= MAX_UTILISATION:
+            return None
+        grow = SLACK_SHARE * self.slo_s / latency_p95_s * rho / (1.0 - rho)
+        allowed = min(MAX_UTILISATION, grow / (1.0 + grow))
         target = min(self.max_correction, allowed * saturated / nominal)
         if target < self.correction + 0.005:
             return None
@@ -176,8 +180,8 @@ class CapacityModel:
                         backlogged: bool = False, now_s: float | None = None,
                         peak_per_replica: float | None = None) -> None:
         """Correct towards what replicas actually deliver, only from informative minutes: a
-        miss at or below planned load (optimistic model); for prefill, slack at half the plan
-        or more, extrapolated by queueing (:meth:`_queueing_target`: the p95 over
+        miss at or below planned load (optimistic model); for prefill, slack at half the
+        profile's plan or more, extrapolated by queueing (:meth:`_queueing_target`: the p95 over
         ``rho / (1 - rho)`` is what the arrivals' burstiness costs, so it says how far the
         load may rise); for decode, ample slack at or above the planned load (pessimistic
         model). Decode's slack below the planned load says nothing about the model (raising
@@ -218,23 +222,28 @@ class CapacityModel:
             self.last_learned = (f"missed the SLO at {load:.0%} of the planned load{busiest}, "
                                  "which the load does not explain: capacity unchanged")
             return
+        # Without misses, a lowered correction relaxes towards 1 over the time since the
+        # last tick read (the prefill slack below may move it further, never less).
+        relaxed = self.correction
+        if not missed and now_s is not None and since is not None and self.correction < 1.0:
+            relaxed += (1 - math.exp(-max(0.0, now_s - since) / self.relax_s)) * \
+                (1.0 - self.correction)
         if missed and load <= 1.0:
             target = self.correction * max(0.5, 0.9 * load)
-            step = self.learn_rate
+            new = self.correction + self.learn_rate * (target - self.correction)
             self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}: "
                                  f"capacity correction towards {target:.2f}")
         elif not missed and self.role is Role.PREFILL and \
                 (queueing := self._queueing_target(latency_p95_s, demand_per_replica)) \
                 is not None:
-            target, step = queueing, self.smoothing
+            new = max(relaxed, self.correction + self.smoothing * (queueing - self.correction))
         elif not missed and self.role is Role.DECODE and latency_p95_s is not None \
                 and latency_p95_s < 0.5 * self.slo_s and demand_per_replica >= planned:
-            target, step = self.correction * 1.1, self.smoothing
+            new = self.correction + self.smoothing * 0.1 * self.correction
             self.last_learned = (f"ample slack at {demand_per_replica / planned:.0%} of the "
                                  "planned load")
-        elif not missed and now_s is not None and since is not None and self.correction < 1.0:
-            target, step = 1.0, 1 - math.exp(-max(0.0, now_s - since) / self.relax_s)
+        elif relaxed != self.correction:
+            new = relaxed
         else:
             return
-        self.correction += step * (target - self.correction)
-        self.correction = min(self.max_correction, max(self.min_correction, self.correction))
+        self.correction = min(self.max_correction, max(self.min_correction, new))

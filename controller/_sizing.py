@@ -30,9 +30,9 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    assumed Poisson. Prompts that arrive in clumps within seconds (a conversation's turns, a
    batch client) need standing capacity no per-minute rate shows: on the Mooncake trace a
    queue of 38 prompts built at 18 replicas in a minute of ordinary mean load. Not scaled by
-   the learned capacity correction (which learns from misses; the larger of the two needs is
-   taken), at most twice the need, and off (said in the detail) when the dispersion is
-   unread: fluid-mode simulations, or a scrape interval over 2.5 s.
+   the learned capacity correction (which misses lower and prefill slack raises; the larger
+   of the two needs is taken), at most twice the need, and off (said in the detail) when the
+   dispersion is unread: fluid-mode simulations, or a scrape interval over 2.5 s.
 6. The reactive path, when latency p95 is over the SLO or a queue builds: one decision for the
    whole burst, not a replica per cold start. New replicas are ready one lead from now; until
    then the ready ones serve and the backlog grows by the arrivals they cannot serve. The pool

@@ -412,16 +412,16 @@ def test_slack_is_read_at_the_mean_load_not_the_busiest_minute() -> None:
     """Slack raises the estimate by what the window's mean load allows: a busy minute within a
     quieter window that met the SLO says little about capacity. At 64 % of the saturated
     throughput (0.8 of the plan) a p95 of 0.2 s against 0.5 s allows no more than the plan;
-    read at the busiest minute's 96 % it would have allowed 95 %."""
+    read at the busiest minute's 92 % it would have allowed 93 %."""
     model = CapacityModel(Role.PREFILL, H100, 0.5)
     planned = model.per_replica()
     for _ in range(20):
         model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.8 * planned,
-                              peak_per_replica=1.2 * planned)
+                              peak_per_replica=1.15 * planned)
     assert model.correction == 1.0 and model.last_learned is None
-    model.observe_latency(latency_p95_s=0.1, demand_per_replica=1.2 * planned)
+    model.observe_latency(latency_p95_s=0.1, demand_per_replica=1.15 * planned)
     assert model.correction > 1.0 and model.last_learned is not None
-    assert model.last_learned.startswith("TTFT p95 0.1s at 96% of the saturated throughput")
+    assert model.last_learned.startswith("TTFT p95 0.1s at 92% of the saturated throughput")
     decode = CapacityModel(Role.DECODE, H100, 0.05)
     decode.observe_latency(latency_p95_s=0.01, demand_per_replica=1.2 * decode.per_replica())
     assert decode.correction > 1.0 and decode.last_learned is not None
@@ -459,10 +459,13 @@ def test_prefill_slack_raises_the_estimate_as_far_as_queueing_allows() -> None:
         capped.observe_latency(latency_p95_s=0.01, demand_per_replica=0.9 * saturated)
     assert 0.94 * saturated < capped.per_replica() <= 0.95 * saturated
 
-    for p95, share in ((0.08, 0.4), (0.4, 0.8)):  # quiet pool; a p95 near the SLO
+    # A quiet pool (at 0.4 of the plan a p95 of 5 ms would allow the cap), a p95 over half
+    # the SLO, a pool near saturation, and a p95 that is not a number teach nothing.
+    for p95, demand in ((0.005, 0.4 * planned), (0.3, 0.8 * planned),
+                        (0.2, 0.96 * saturated), (math.nan, 0.8 * planned)):
         still = CapacityModel(Role.PREFILL, H100, 0.5)
         for _ in range(40):
-            still.observe_latency(latency_p95_s=p95, demand_per_replica=share * planned)
+            still.observe_latency(latency_p95_s=p95, demand_per_replica=demand)
         assert still.correction == 1.0 and still.last_learned is None
 
     for _ in range(8):  # two minutes of misses at the raised plan's load
@@ -484,12 +487,42 @@ def test_prefill_slack_lifts_a_lowered_estimate_only_as_far_as_it_shows() -> Non
     assert lowered.correction > 1.0
     near = CapacityModel(Role.PREFILL, H100, 0.5)
     near.correction = 0.6
+    saturated = near.saturated_prefill()
     for t in range(0, 600, 15):
-        near.observe_latency(latency_p95_s=0.3, demand_per_replica=0.6 * nominal,
+        near.observe_latency(latency_p95_s=0.2, demand_per_replica=0.6 * nominal,
                              now_s=float(t))
-    # Kingman allows 0.30 / 0.8 = 0.38 of the plan: only the slow relaxation (ten minutes
-    # of the two-hour time constant) moved it.
-    assert near.correction == pytest.approx(1 - 0.4 * math.exp(-585 / 7200), abs=1e-3)
+    # At 48 % of the saturated throughput a p95 of 0.2 s allows 54 %, 0.67 of the plan: more
+    # than ten minutes' relaxation gives (0.63), far from 1.
+    allowed = _kingman_allows(0.2, 0.5, 0.6 * nominal / saturated)
+    assert near.correction == pytest.approx(allowed * saturated / nominal, abs=0.006)
+    assert 1 - 0.4 * math.exp(-585 / 7200) < near.correction < 0.7
+    over = CapacityModel(Role.PREFILL, H100, 0.5)
+    over.correction = 0.6
+    for t in range(0, 600, 15):  # a p95 over half the SLO: no slack, only the relaxation
+        over.observe_latency(latency_p95_s=0.3, demand_per_replica=0.6 * nominal,
+                             now_s=float(t))
+    assert over.correction == pytest.approx(1 - 0.4 * math.exp(-585 / 7200), abs=1e-3)
+
+
+def test_prefill_slack_never_loses_the_relaxation_it_overlaps() -> None:
+    """A lowered estimate relaxes over the time since the last tick read; a tick whose slack
+    allows a little more moves it at least as far as the relaxation would have (an hour
+    without a latency reading, then one such tick)."""
+    def after_an_hour(p95: float) -> float:
+        model = CapacityModel(Role.PREFILL, H100, 0.5)
+        model.correction = 0.5
+        nominal = model.nominal_per_replica()
+        model.observe_latency(latency_p95_s=0.2, demand_per_replica=0.1 * nominal, now_s=0.0)
+        for t in range(15, 3600, 15):  # latency unread: no lesson, the clock runs
+            model.observe_latency(latency_p95_s=None, demand_per_replica=0.6 * nominal,
+                                  now_s=float(t))
+        model.observe_latency(latency_p95_s=p95, demand_per_replica=0.6 * nominal,
+                              now_s=3600.0)
+        return model.correction
+
+    hour = 0.5 + 0.5 * (1 - math.exp(-3600 / 7200))
+    assert after_an_hour(0.2) == pytest.approx(hour)  # slack allows 0.67: relaxation's larger
+    assert after_an_hour(0.3) == pytest.approx(hour)  # no slack: the relaxation alone
 
 
 def test_a_miss_is_learned_at_its_busiest_minute_s_load() -> None:

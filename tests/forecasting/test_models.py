@@ -148,7 +148,7 @@ def test_upper_quantile_is_as_sharp_as_the_last_value_where_the_noise_ignores_th
         ) -> None:
     """Quiet and busy half-days (80 and 400 requests/s) with noise of the same size in both:
     the size of a change does not follow the level, as on ServeGen m-large. Changes measured
-    in units of the last hour's level were four times larger in a quiet stretch than in a busy
+    in units of the last hour's level were five times larger in a quiet stretch than in a busy
     one, and the 0.9 quantile came out 4-12 % less sharp than the last value plus its own
     errors' quantiles; in units of the week's mean size it is sharper than that at both
     horizons."""
