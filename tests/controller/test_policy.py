@@ -474,34 +474,28 @@ def test_prefill_slack_raises_the_estimate_as_far_as_queueing_allows() -> None:
 
 
 def test_prefill_slack_lifts_a_lowered_estimate_only_as_far_as_it_shows() -> None:
-    """An estimate the misses lowered rises again where the p95 shows slack at the load, to
-    what the queueing extrapolation allows, not to 1 whatever the p95: a p95 at 60 % of the
-    SLO at 0.6 of the uncorrected plan allows less than the plan, and only relaxation over
-    hours moves it then."""
-    lowered = CapacityModel(Role.PREFILL, H100, 0.5)
-    lowered.correction = 0.6
-    nominal = lowered.nominal_per_replica()
-    for t in range(0, 600, 15):
-        lowered.observe_latency(latency_p95_s=0.06, demand_per_replica=0.7 * nominal,
-                                now_s=float(t))
-    assert lowered.correction > 1.0
-    near = CapacityModel(Role.PREFILL, H100, 0.5)
-    near.correction = 0.6
-    saturated = near.saturated_prefill()
-    for t in range(0, 600, 15):
-        near.observe_latency(latency_p95_s=0.2, demand_per_replica=0.6 * nominal,
-                             now_s=float(t))
+    """An estimate the misses lowered (0.6) rises again where the p95 shows slack at the load,
+    to what the queueing extrapolation allows, not to 1 whatever the p95; with a p95 over half
+    the SLO only the relaxation over hours moves it."""
+    def ten_minutes(p95: float, share: float) -> CapacityModel:
+        model = CapacityModel(Role.PREFILL, H100, 0.5)
+        model.correction = 0.6
+        for t in range(0, 600, 15):
+            model.observe_latency(latency_p95_s=p95,
+                                  demand_per_replica=share * model.nominal_per_replica(),
+                                  now_s=float(t))
+        return model
+
+    assert ten_minutes(0.06, 0.7).correction > 1.0
+    near = ten_minutes(0.2, 0.6)
+    nominal, saturated = near.nominal_per_replica(), near.saturated_prefill()
     # At 48 % of the saturated throughput a p95 of 0.2 s allows 54 %, 0.67 of the plan: more
     # than ten minutes' relaxation gives (0.63), far from 1.
     allowed = _kingman_allows(0.2, 0.5, 0.6 * nominal / saturated)
     assert near.correction == pytest.approx(allowed * saturated / nominal, abs=0.006)
-    assert 1 - 0.4 * math.exp(-585 / 7200) < near.correction < 0.7
-    over = CapacityModel(Role.PREFILL, H100, 0.5)
-    over.correction = 0.6
-    for t in range(0, 600, 15):  # a p95 over half the SLO: no slack, only the relaxation
-        over.observe_latency(latency_p95_s=0.3, demand_per_replica=0.6 * nominal,
-                             now_s=float(t))
-    assert over.correction == pytest.approx(1 - 0.4 * math.exp(-585 / 7200), abs=1e-3)
+    relaxed = 1 - 0.4 * math.exp(-585 / 7200)
+    assert relaxed < near.correction < 0.7
+    assert ten_minutes(0.3, 0.6).correction == pytest.approx(relaxed, abs=1e-3)
 
 
 def test_prefill_slack_never_loses_the_relaxation_it_overlaps() -> None:
