@@ -142,10 +142,11 @@ class CapacityModel:
         return self.nominal_per_replica() * self.correction
 
     def _queueing_target(self, latency_p95_s: float | None,
-                         demand_per_replica: float) -> float | None:
+                         demand_per_replica: float) -> tuple[float, str] | None:
         """Prefill within the SLO at a load near the plan: the higher correction at which the
-        p95, extrapolated by queueing, would reach :data:`SLACK_SHARE` of the SLO (None when
-        the minute says nothing, or allows no more than the correction already plans).
+        p95, extrapolated by queueing, would reach :data:`SLACK_SHARE` of the SLO, and the
+        reason saying so (None when the minute says nothing, or allows no more than the
+        correction already plans).
 
         The whole p95 is taken as waiting, which grows as rho / (1 - rho) with the utilisation
         rho of the saturated throughput (Kingman's heavy-traffic form, whatever the arrivals'
@@ -170,11 +171,10 @@ class CapacityModel:
         target = min(self.max_correction, allowed * saturated / nominal)
         if target < self.correction + 0.005:
             return None
-        self.last_learned = (
+        return target, (
             f"TTFT p95 {latency_p95_s:.3g}s at {rho:.0%} of the saturated throughput: "
             f"queueing (as rho/(1-rho)) keeps it within {SLACK_SHARE:.0%} of the SLO up to "
             f"{allowed:.0%}: capacity correction towards {target:.2f}")
-        return target
 
     def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
                         backlogged: bool = False, now_s: float | None = None,
@@ -236,7 +236,8 @@ class CapacityModel:
         elif not missed and self.role is Role.PREFILL and \
                 (queueing := self._queueing_target(latency_p95_s, demand_per_replica)) \
                 is not None:
-            new = max(relaxed, self.correction + self.smoothing * (queueing - self.correction))
+            target, self.last_learned = queueing
+            new = max(relaxed, self.correction + self.smoothing * (target - self.correction))
         elif not missed and self.role is Role.DECODE and latency_p95_s is not None \
                 and latency_p95_s < 0.5 * self.slo_s and demand_per_replica >= planned:
             new = self.correction + self.smoothing * 0.1 * self.correction
