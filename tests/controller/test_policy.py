@@ -428,6 +428,49 @@ def test_slack_is_read_at_the_mean_load_not_the_busiest_minute() -> None:
     assert decode.last_learned.startswith("ample slack at 120%")
 
 
+def test_a_decode_backlog_after_a_rise_says_the_load_rose_and_still_teaches_headroom() -> None:
+    """A decode backlog read over a window that a load rise straddles: the window's mean is
+    under the plan while the sequences running now fill more than the plan's batch. The lesson
+    is the same as without the running count (lowering the estimate after such rises is what
+    keeps headroom for the next: learning at the load now cost ServeGen 0.11-0.13 points), and
+    the reason says the load rose, so nobody reads it as slower replicas alone."""
+    def backlog(running: float | None) -> CapacityModel:
+        model = CapacityModel(Role.DECODE, H100, 0.05)
+        model.observe_latency(latency_p95_s=0.02, demand_per_replica=0.82 * model.per_replica(),
+                              backlogged=True, running_per_replica=running)
+        return model
+
+    batch = CapacityModel(Role.DECODE, H100, 0.05)._decode_point().batch
+    rose, steady, unread = backlog(1.36 * batch), backlog(0.8 * batch), backlog(None)
+    assert rose.correction == steady.correction == unread.correction < 1.0
+    assert rose.last_learned is not None and steady.last_learned is not None
+    assert "runs 136% of the planned sequences now (the load rose within the window)" in \
+        rose.last_learned
+    assert rose.last_learned.startswith("a backlog built at 82% of the planned load")
+    assert "rose" not in steady.last_learned and steady.last_learned == unread.last_learned
+
+
+def test_the_policy_reads_the_running_sequences_into_a_decode_lesson() -> None:
+    """The policy hands the decode model the sequences each ready replica runs now: two
+    replicas full at the plan's batch, a queue and a full cache, at 80 % of the planned load
+    over the window."""
+    policy = _policy()
+    cap = policy.state[KEY_D].capacity
+    batch = cap._decode_point().batch
+    obs = _obs(0, gen=0.8 * 2 * cap.per_replica())
+    signals = dict(obs.pools[KEY_D].signals)
+    signals.update({Signal.QUEUE_DEPTH: 50.0, Signal.KV_CACHE_USAGE_RATIO: 0.99,
+                    Signal.RUNNING_REQUESTS: 2.0 * batch})
+    pool = obs.pools[KEY_D]
+    obs = Observation(0, {**obs.pools, KEY_D: PoolObservation(KEY_D, pool.replicas, signals,
+                                                              pool.data_time_s)})
+    out = policy.decide(obs)
+    assert any(r.startswith("a backlog built at 80% of the planned load, though it runs 100% "
+                            "of the planned sequences now") for r in out[KEY_D].reasons), \
+        out[KEY_D].reasons
+    assert cap.correction < 1.0
+
+
 def _kingman_allows(p95: float, slo: float, rho: float) -> float:
     """The utilisation at which p95 x f(rho') / f(rho) reaches half the SLO, f = x / (1 - x)."""
     grow = 0.5 * slo / p95 * rho / (1 - rho)
