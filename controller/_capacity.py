@@ -250,14 +250,8 @@ class CapacityModel:
         if missed and load <= 1.0:
             target = self.correction * max(0.5, 0.9 * load)
             new = self.correction + self.learn_rate * (target - self.correction)
-            rose = ""
-            if held is not None and held > ROSE * at_miss:
-                # The window's mean trails a rise within it: say so. The lesson is kept: as
-                # headroom for the next rise it is worth its cost (the README's nineteenth
-                # sitting).
-                rose = (f", though it runs {held / planned:.0%} of the planned sequences now "
-                        "(the load rose within the window)")
-            self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}{rose}: "
+            self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}"
+                                 f"{_rose(held, at_miss, planned)}: "
                                  f"capacity correction towards {target:.2f}")
         elif not missed and self.role is Role.PREFILL and \
                 (queueing := self._queueing_target(latency_p95_s, demand_per_replica)) \
@@ -274,3 +268,14 @@ class CapacityModel:
         else:
             return
         self.correction = min(self.max_correction, max(self.min_correction, new))
+
+
+def _rose(held: float | None, at_miss: float, planned: float) -> str:
+    """Decode: the words a miss's reason adds when the sequences running now (``held``, in
+    demand units per replica) are :data:`ROSE` over the load it is learned at. The window's mean
+    trails a rise within it; the lesson is kept all the same: as headroom for the next rise it
+    is worth its cost (the README's nineteenth sitting)."""
+    if held is None or held <= ROSE * at_miss:
+        return ""
+    return (f", though it runs {held / planned:.0%} of the planned sequences now (the load rose "
+            "within the window)")
