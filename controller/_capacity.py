@@ -89,14 +89,21 @@ class CapacityModel:
     last_learned: str | None = None
     """What the latest correction learned from, for the decision's reasons."""
     _relaxed_at: float | None = field(default=None, repr=False)
+    _prompt_seen: bool = field(default=False, repr=False)
+    _output_seen: bool = field(default=False, repr=False)
     _point: tuple[tuple[float, float], DecodePoint] | None = field(default=None, repr=False)
 
     def observe_lengths(self, mean_prompt: float | None, mean_output: float | None) -> None:
-        """Track the length mix slowly (it changes the per-token cost)."""
+        """Track the length mix slowly (it changes the per-token cost); the first length read
+        is taken whole."""
         if mean_prompt is not None and mean_prompt > 0:
-            self.mean_prompt_tokens += 0.05 * (mean_prompt - self.mean_prompt_tokens)
+            self.mean_prompt_tokens = mean_prompt if not self._prompt_seen else \
+                self.mean_prompt_tokens + 0.05 * (mean_prompt - self.mean_prompt_tokens)
+            self._prompt_seen = True
         if mean_output is not None and mean_output > 0:
-            self.mean_output_tokens += 0.05 * (mean_output - self.mean_output_tokens)
+            self.mean_output_tokens = mean_output if not self._output_seen else \
+                self.mean_output_tokens + 0.05 * (mean_output - self.mean_output_tokens)
+            self._output_seen = True
 
     def nominal_per_replica(self) -> float:
         """Demand units per second one replica carries at the SLO, before correction."""

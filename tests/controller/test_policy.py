@@ -471,6 +471,26 @@ def test_the_policy_reads_the_running_sequences_into_a_decode_lesson() -> None:
     assert cap.correction < 1.0
 
 
+def test_the_first_length_read_is_taken_whole_then_tracked_slowly() -> None:
+    """A pool of 12k-token prompts is planned for them from its first reading: the length mix
+    starts at what the pool reports, not at the model's default (1,500 + 200 tokens), from
+    which 5 % a tick took Mooncake's prefill model about ten minutes to reach its prompts,
+    sizing its pool meanwhile as if the prompts were short; later readings move it slowly."""
+    model = CapacityModel(Role.PREFILL, H100, 5.0)
+    default = model.saturated_prefill()
+    model.observe_lengths(None, None)
+    assert (model.mean_prompt_tokens, model.mean_output_tokens) == (1500.0, 200.0)
+    model.observe_lengths(12_000.0, None)
+    assert (model.mean_prompt_tokens, model.mean_output_tokens) == (12_000.0, 200.0)
+    assert model.saturated_prefill() < 0.8 * default
+    model.observe_lengths(13_000.0, 300.0)
+    assert model.mean_prompt_tokens == pytest.approx(12_050.0)
+    assert model.mean_output_tokens == 300.0
+    model.observe_lengths(0.0, 400.0)  # no prompt read: unchanged
+    assert model.mean_prompt_tokens == pytest.approx(12_050.0)
+    assert model.mean_output_tokens == pytest.approx(305.0)
+
+
 def _kingman_allows(p95: float, slo: float, rho: float) -> float:
     """The utilisation at which p95 x f(rho') / f(rho) reaches half the SLO, f = x / (1 - x)."""
     grow = 0.5 * slo / p95 * rho / (1 - rho)
