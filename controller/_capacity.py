@@ -56,9 +56,13 @@ SLACK_SHARE = 0.5
 :meth:`CapacityModel.observe_latency`)."""
 MAX_UTILISATION = 0.95
 """Prefill: the highest share of the saturated throughput the extrapolation plans for."""
-ROSE = 1.05
-"""Decode: a miss's reason says the load rose within the latency window when the sequences
-running now are this much over the window's mean load (both against the plan)."""
+LENGTH_READINGS = 20
+"""The length mix is the mean of the readings until there are this many, then moves 1/20 of the
+way a reading: a pool is planned for its own lengths from its first reading on, and one
+unrepresentative early reading (a warm-up prompt) weighs no more than the readings after it."""
+RUNNING_SHOWN = 1.05
+"""Decode: a miss's reason says how much of the plan's batch runs now when that is this much
+over the window's mean load (both against the plan)."""
 MIN_SLACK_LOAD = 0.5
 """Prefill: slack is read only at or above this share of the uncorrected plan (below it the
 p95 is the prompts' own service time, and the extrapolation says little)."""
@@ -89,21 +93,23 @@ class CapacityModel:
     last_learned: str | None = None
     """What the latest correction learned from, for the decision's reasons."""
     _relaxed_at: float | None = field(default=None, repr=False)
-    _prompt_seen: bool = field(default=False, repr=False)
-    _output_seen: bool = field(default=False, repr=False)
+    _prompt_n: int = field(default=0, repr=False)
+    _output_n: int = field(default=0, repr=False)
     _point: tuple[tuple[float, float], DecodePoint] | None = field(default=None, repr=False)
 
     def observe_lengths(self, mean_prompt: float | None, mean_output: float | None) -> None:
-        """Track the length mix slowly (it changes the per-token cost); the first length read
-        is taken whole."""
-        if mean_prompt is not None and mean_prompt > 0:
-            self.mean_prompt_tokens = mean_prompt if not self._prompt_seen else \
-                self.mean_prompt_tokens + 0.05 * (mean_prompt - self.mean_prompt_tokens)
-            self._prompt_seen = True
-        if mean_output is not None and mean_output > 0:
-            self.mean_output_tokens = mean_output if not self._output_seen else \
-                self.mean_output_tokens + 0.05 * (mean_output - self.mean_output_tokens)
-            self._output_seen = True
+        """Track the length mix (it changes the per-token cost): the mean of the readings so
+        far until there are :data:`LENGTH_READINGS`, then slowly (each reading 1 /
+        :data:`LENGTH_READINGS` of the way). A reading that is absent, not positive or not
+        finite is skipped."""
+        if mean_prompt is not None and 0 < mean_prompt < math.inf:
+            self._prompt_n += 1
+            self.mean_prompt_tokens += (mean_prompt - self.mean_prompt_tokens) / \
+                min(self._prompt_n, LENGTH_READINGS)
+        if mean_output is not None and 0 < mean_output < math.inf:
+            self._output_n += 1
+            self.mean_output_tokens += (mean_output - self.mean_output_tokens) / \
+                min(self._output_n, LENGTH_READINGS)
 
     def nominal_per_replica(self) -> float:
         """Demand units per second one replica carries at the SLO, before correction."""
@@ -187,9 +193,9 @@ class CapacityModel:
             f"{allowed:.0%}: capacity correction towards {target:.2f}")
 
     def _held_load(self, running_per_replica: float | None, planned: float) -> float | None:
-        """Decode: the load, in demand units per replica, that the sequences a replica runs
-        now are of the plan's (its batch with the correction carries ``planned``); None for
-        prefill or when unread."""
+        """Decode: the sequences a replica runs now, as load in demand units per replica (the
+        plan's batch with the correction carries ``planned``); None for prefill or when
+        unread."""
         if self.role is not Role.DECODE or running_per_replica is None \
                 or not math.isfinite(running_per_replica) or running_per_replica < 0:
             return None
@@ -219,11 +225,10 @@ class CapacityModel:
         window: one burst minute on the Azure code trace ran it down to its floor, 0.3 of the
         profile, for the whole hour. Decode has no tail model and no peak signal: its misses
         are learned at any load, as before; when the sequences a replica runs now
-        (``running_per_replica``) are :data:`ROSE` over the window's mean load, the reason says
-        the load rose within the window, and the lesson stands (lowering the estimate after such
-        rises keeps headroom for the next: learning at the load now cost ServeGen 0.11-0.13
-        points). A tick that misses, learned from or not, does not count towards the
-        relaxation."""
+        (``running_per_replica``) are :data:`RUNNING_SHOWN` over the window's mean load, the
+        reason says how many of the plan's run (:func:`_running_note`), and the lesson stands
+        (learning at the load now instead cost ServeGen 0.11-0.13 points). A tick that misses,
+        learned from or not, does not count towards the relaxation."""
         self.last_learned = None
         if demand_per_replica is None or demand_per_replica <= 0:
             return
@@ -258,7 +263,7 @@ class CapacityModel:
             target = self.correction * max(0.5, 0.9 * load)
             new = self.correction + self.learn_rate * (target - self.correction)
             self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}"
-                                 f"{_rose(held, at_miss, planned)}: "
+                                 f"{_running_note(held, at_miss, planned)}: "
                                  f"capacity correction towards {target:.2f}")
         elif not missed and self.role is Role.PREFILL and \
                 (queueing := self._queueing_target(latency_p95_s, demand_per_replica)) \
@@ -277,12 +282,14 @@ class CapacityModel:
         self.correction = min(self.max_correction, max(self.min_correction, new))
 
 
-def _rose(held: float | None, at_miss: float, planned: float) -> str:
+def _running_note(held: float | None, at_miss: float, planned: float) -> str:
     """Decode: the words a miss's reason adds when the sequences running now (``held``, in
-    demand units per replica) are :data:`ROSE` over the load it is learned at. The window's mean
-    trails a rise within it; the lesson is kept all the same: as headroom for the next rise it
-    is worth its cost (the README's nineteenth sitting)."""
-    if held is None or held <= ROSE * at_miss:
+    demand units per replica) are :data:`RUNNING_SHOWN` over the load it is learned at. A
+    reading, not a verdict: more sequences than the window's mean load explains follow a rise
+    of the load within the window, or replicas slower than the profile (a slower step holds
+    more sequences at the same load), or a correction under 1 (a replica holds its whole batch,
+    over the corrected plan's). The lesson is learned all the same: after ServeGen's rises it is
+    headroom for the next, worth its cost (the README's nineteenth sitting)."""
+    if held is None or held <= RUNNING_SHOWN * at_miss:
         return ""
-    return (f", though it runs {held / planned:.0%} of the planned sequences now (the load rose "
-            "within the window)")
+    return f", with {held / planned:.0%} of the planned sequences running now"

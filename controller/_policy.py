@@ -270,12 +270,13 @@ class PdscalePolicy:
                     "prefill's")
             latency = None  # no reaction and no learning here
         ready = max(st.mean_ready(pool.data_time_s, pool.replicas.ready, RATE_WINDOW_S), 1.0)
+        # Decode's running sequences count every replica serving, draining ones too.
         running = signals.get(Signal.RUNNING_REQUESTS) if key[1] is Role.DECODE else None
+        serving = pool.replicas.ready + pool.replicas.draining
         st.capacity.observe_latency(
             latency_p95_s=latency, demand_per_replica=demand / ready,
             peak_per_replica=None if peak is None else peak / ready,
-            running_per_replica=None if running is None or pool.replicas.ready < 1
-            else running / pool.replicas.ready,
+            running_per_replica=None if running is None or serving < 1 else running / serving,
             backlogged=backlogged, now_s=pool.data_time_s)
         if st.capacity.last_learned is not None:
             note = st.capacity.last_learned if note is None else \

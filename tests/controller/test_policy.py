@@ -20,7 +20,7 @@ from controller import (
     PoolReplicas,
     load_profile,
 )
-from controller._capacity import MIN_MISS_LOAD
+from controller._capacity import LENGTH_READINGS, MIN_MISS_LOAD
 from controller._perf import HEADROOM
 from controller._policy import KV_GATE, LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
@@ -428,12 +428,13 @@ def test_slack_is_read_at_the_mean_load_not_the_busiest_minute() -> None:
     assert decode.last_learned.startswith("ample slack at 120%")
 
 
-def test_a_decode_backlog_after_a_rise_says_the_load_rose_and_still_teaches_headroom() -> None:
-    """A decode backlog read over a window that a load rise straddles: the window's mean is
-    under the plan while the sequences running now fill more than the plan's batch. The lesson
-    is the same as without the running count (lowering the estimate after such rises is what
-    keeps headroom for the next: learning at the load now cost ServeGen 0.11-0.13 points), and
-    the reason says the load rose, so nobody reads it as slower replicas alone."""
+def test_a_decode_backlog_reason_says_how_much_of_the_plan_runs_and_teaches_as_before() -> None:
+    """A decode backlog read over a window whose mean load is under the plan while the
+    sequences running now fill more than the plan's batch (a rise within the window, replicas
+    slower than the profile, or a correction under 1): the reason says how much of the plan
+    runs, and the lesson is the one the window's mean load teaches without the running count
+    (lowering the estimate after ServeGen's rises keeps headroom for the next: learning at the
+    load now cost 0.11-0.13 points)."""
     def backlog(running: float | None) -> CapacityModel:
         model = CapacityModel(Role.DECODE, H100, 0.05)
         model.observe_latency(latency_p95_s=0.02, demand_per_replica=0.82 * model.per_replica(),
@@ -441,54 +442,67 @@ def test_a_decode_backlog_after_a_rise_says_the_load_rose_and_still_teaches_head
         return model
 
     batch = CapacityModel(Role.DECODE, H100, 0.05)._decode_point().batch
-    rose, steady, unread = backlog(1.36 * batch), backlog(0.8 * batch), backlog(None)
-    assert rose.correction == steady.correction == unread.correction < 1.0
-    assert rose.last_learned is not None and steady.last_learned is not None
-    assert "runs 136% of the planned sequences now (the load rose within the window)" in \
-        rose.last_learned
-    assert rose.last_learned.startswith("a backlog built at 82% of the planned load")
-    assert "rose" not in steady.last_learned and steady.last_learned == unread.last_learned
+    full, steady, unread = backlog(1.36 * batch), backlog(0.8 * batch), backlog(None)
+    assert full.correction == steady.correction == unread.correction < 1.0
+    assert full.last_learned is not None and steady.last_learned is not None
+    assert full.last_learned.startswith("a backlog built at 82% of the planned load, with 136% "
+                                        "of the planned sequences running now: capacity "
+                                        "correction towards")
+    assert "running now" not in steady.last_learned
+    assert steady.last_learned == unread.last_learned
 
 
 def test_the_policy_reads_the_running_sequences_into_a_decode_lesson() -> None:
-    """The policy hands the decode model the sequences each ready replica runs now: two
-    replicas full at the plan's batch, a queue and a full cache, at 80 % of the planned load
-    over the window."""
+    """The policy hands the decode model the sequences each serving replica runs now (the
+    engines' count covers draining replicas too): two ready replicas and one draining, full at
+    the plan's batch, a queue and a full cache, at 80 % of the planned load over the
+    window."""
     policy = _policy()
     cap = policy.state[KEY_D].capacity
     batch = cap._decode_point().batch
     obs = _obs(0, gen=0.8 * 2 * cap.per_replica())
     signals = dict(obs.pools[KEY_D].signals)
     signals.update({Signal.QUEUE_DEPTH: 50.0, Signal.KV_CACHE_USAGE_RATIO: 0.99,
-                    Signal.RUNNING_REQUESTS: 2.0 * batch})
+                    Signal.RUNNING_REQUESTS: 3.0 * batch})
     pool = obs.pools[KEY_D]
-    obs = Observation(0, {**obs.pools, KEY_D: PoolObservation(KEY_D, pool.replicas, signals,
+    replicas = PoolReplicas(ready=2, starting=0, draining=1, desired=2, min_replicas=1,
+                            max_replicas=40)
+    obs = Observation(0, {**obs.pools, KEY_D: PoolObservation(KEY_D, replicas, signals,
                                                               pool.data_time_s)})
     out = policy.decide(obs)
-    assert any(r.startswith("a backlog built at 80% of the planned load, though it runs 100% "
-                            "of the planned sequences now") for r in out[KEY_D].reasons), \
+    assert any(r.startswith("a backlog built at 80% of the planned load, with 100% of the "
+                            "planned sequences running now") for r in out[KEY_D].reasons), \
         out[KEY_D].reasons
     assert cap.correction < 1.0
 
 
-def test_the_first_length_read_is_taken_whole_then_tracked_slowly() -> None:
+def test_the_length_mix_is_the_mean_of_the_first_readings_then_tracked_slowly() -> None:
     """A pool of 12k-token prompts is planned for them from its first reading: the length mix
-    starts at what the pool reports, not at the model's default (1,500 + 200 tokens), from
-    which 5 % a tick took Mooncake's prefill model about ten minutes to reach its prompts,
-    sizing its pool meanwhile as if the prompts were short; later readings move it slowly."""
+    is the mean of the readings so far, not a walk from the model's default (1,500 + 200
+    tokens), from which 5 % a tick took Mooncake's prefill model about ten minutes to reach its
+    prompts, sizing its pool meanwhile as if they were short. One unrepresentative early
+    reading (a warm-up prompt of 5 tokens) weighs no more than those after it; after
+    LENGTH_READINGS readings each moves the mix 1/LENGTH_READINGS of the way."""
     model = CapacityModel(Role.PREFILL, H100, 5.0)
     default = model.saturated_prefill()
-    model.observe_lengths(None, None)
+    for skipped in (None, 0.0, -1.0, math.nan, math.inf):
+        model.observe_lengths(skipped, skipped)
     assert (model.mean_prompt_tokens, model.mean_output_tokens) == (1500.0, 200.0)
     model.observe_lengths(12_000.0, None)
     assert (model.mean_prompt_tokens, model.mean_output_tokens) == (12_000.0, 200.0)
     assert model.saturated_prefill() < 0.8 * default
     model.observe_lengths(13_000.0, 300.0)
-    assert model.mean_prompt_tokens == pytest.approx(12_050.0)
+    assert model.mean_prompt_tokens == pytest.approx(12_500.0)
     assert model.mean_output_tokens == 300.0
-    model.observe_lengths(0.0, 400.0)  # no prompt read: unchanged
-    assert model.mean_prompt_tokens == pytest.approx(12_050.0)
-    assert model.mean_output_tokens == pytest.approx(305.0)
+    warm = CapacityModel(Role.PREFILL, H100, 5.0)
+    for prompt in (5.0, *[12_000.0] * 9):
+        warm.observe_lengths(prompt, None)
+    assert warm.mean_prompt_tokens == pytest.approx((5 + 9 * 12_000) / 10)
+    for _ in range(LENGTH_READINGS):
+        warm.observe_lengths(12_000.0, None)
+    settled = warm.mean_prompt_tokens
+    warm.observe_lengths(14_000.0, None)
+    assert warm.mean_prompt_tokens == pytest.approx(settled + (14_000 - settled) / LENGTH_READINGS)
 
 
 def _kingman_allows(p95: float, slo: float, rho: float) -> float:
