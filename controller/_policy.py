@@ -256,9 +256,10 @@ class PdscalePolicy:
         whether it is backlogged, and the note saying so."""
         st = self.state[key]
         signals = pool.signals
-        st.capacity.observe_lengths(signals.get(Signal.MEAN_PROMPT_TOKENS)
-                                    or ctx.service_prompt_tokens,
-                                    signals.get(Signal.MEAN_OUTPUT_TOKENS))
+        prompt = signals.get(Signal.MEAN_PROMPT_TOKENS)
+        if prompt is None or not 0 < prompt < math.inf:  # unread here (decode): the service's
+            prompt = ctx.service_prompt_tokens
+        st.capacity.observe_lengths(prompt, signals.get(Signal.MEAN_OUTPUT_TOKENS))
         per_replica, batch = st.capacity.per_replica(), st.capacity.decode_batch()
         latency = signals.get(LATENCY_SIGNAL[key[1]])
         backlogged = _backlogged(pool, st.capacity)

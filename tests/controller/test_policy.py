@@ -505,6 +505,22 @@ def test_the_length_mix_is_the_mean_of_the_first_readings_then_tracked_slowly() 
     assert warm.mean_prompt_tokens == pytest.approx(settled + (14_000 - settled) / LENGTH_READINGS)
 
 
+def test_a_decode_pool_without_a_prompt_length_of_its_own_takes_the_services() -> None:
+    """Decode engines may export no prompt length (or a NaN one, 0/0 over an idle window): the
+    decode model then takes the length its service's prefill pool reads, so both plan for the
+    same prompts."""
+    for own in (None, math.nan, 0.0):
+        policy = _policy()
+        obs = _obs(0)
+        pools = dict(obs.pools)
+        for key, length in ((KEY_P, 12_000.0), (KEY_D, own)):
+            pool = pools[key]
+            signals = {**pool.signals, Signal.MEAN_PROMPT_TOKENS: length}
+            pools[key] = PoolObservation(key, pool.replicas, signals, pool.data_time_s)
+        policy.decide(Observation(0, pools))
+        assert policy.state[KEY_D].capacity.mean_prompt_tokens == 12_000.0, own
+
+
 def _kingman_allows(p95: float, slo: float, rho: float) -> float:
     """The utilisation at which p95 x f(rho') / f(rho) reaches half the SLO, f = x / (1 - x)."""
     grow = 0.5 * slo / p95 * rho / (1 - rho)
