@@ -102,14 +102,10 @@ class CapacityModel:
         far until there are :data:`LENGTH_READINGS`, then slowly (each reading 1 /
         :data:`LENGTH_READINGS` of the way). A reading that is absent, not positive or not
         finite is skipped."""
-        if mean_prompt is not None and 0 < mean_prompt < math.inf:
-            self._prompt_n += 1
-            self.mean_prompt_tokens += (mean_prompt - self.mean_prompt_tokens) / \
-                min(self._prompt_n, LENGTH_READINGS)
-        if mean_output is not None and 0 < mean_output < math.inf:
-            self._output_n += 1
-            self.mean_output_tokens += (mean_output - self.mean_output_tokens) / \
-                min(self._output_n, LENGTH_READINGS)
+        self.mean_prompt_tokens, self._prompt_n = _track(self.mean_prompt_tokens,
+                                                         self._prompt_n, mean_prompt)
+        self.mean_output_tokens, self._output_n = _track(self.mean_output_tokens,
+                                                         self._output_n, mean_output)
 
     def nominal_per_replica(self) -> float:
         """Demand units per second one replica carries at the SLO, before correction."""
@@ -192,15 +188,14 @@ class CapacityModel:
             f"queueing (as rho/(1-rho)) keeps it within {SLACK_SHARE:.0%} of the SLO up to "
             f"{allowed:.0%}: capacity correction towards {target:.2f}")
 
-    def _held_load(self, running_per_replica: float | None, planned: float) -> float | None:
-        """Decode: the sequences a replica runs now, as load in demand units per replica (the
-        plan's batch with the correction carries ``planned``); None for prefill or when
-        unread."""
+    def _plan_share(self, running_per_replica: float | None) -> float | None:
+        """Decode: the sequences a replica runs now, as a share of the plan's batch (with the
+        correction); None for prefill or when unread."""
         if self.role is not Role.DECODE or running_per_replica is None \
                 or not math.isfinite(running_per_replica) or running_per_replica < 0:
             return None
         batch = self._decode_point().batch * self.correction
-        return running_per_replica / batch * planned if batch > 0 else None
+        return running_per_replica / batch if batch > 0 else None
 
     def observe_latency(self, *, latency_p95_s: float | None, demand_per_replica: float | None,
                         backlogged: bool = False, now_s: float | None = None,
@@ -239,7 +234,6 @@ class CapacityModel:
         if peak_per_replica is not None and math.isfinite(peak_per_replica) \
                 and peak_per_replica > at_miss:
             at_miss, busiest = peak_per_replica, " (its busiest minute)"
-        held = self._held_load(running_per_replica, planned)
         load = at_miss / planned
         over = latency_p95_s is not None and latency_p95_s > self.slo_s
         missed = backlogged or over
@@ -263,7 +257,7 @@ class CapacityModel:
             target = self.correction * max(0.5, 0.9 * load)
             new = self.correction + self.learn_rate * (target - self.correction)
             self.last_learned = (f"{what} at {load:.0%} of the planned load{busiest}"
-                                 f"{_running_note(held, at_miss, planned)}: "
+                                 f"{_running_note(self._plan_share(running_per_replica), load)}: "
                                  f"capacity correction towards {target:.2f}")
         elif not missed and self.role is Role.PREFILL and \
                 (queueing := self._queueing_target(latency_p95_s, demand_per_replica)) \
@@ -282,14 +276,24 @@ class CapacityModel:
         self.correction = min(self.max_correction, max(self.min_correction, new))
 
 
-def _running_note(held: float | None, at_miss: float, planned: float) -> str:
-    """Decode: the words a miss's reason adds when the sequences running now (``held``, in
-    demand units per replica) are :data:`RUNNING_SHOWN` over the load it is learned at. A
-    reading, not a verdict: more sequences than the window's mean load explains follow a rise
-    of the load within the window, or replicas slower than the profile (a slower step holds
-    more sequences at the same load), or a correction under 1 (a replica holds its whole batch,
-    over the corrected plan's). The lesson is learned all the same: after ServeGen's rises it is
-    headroom for the next, worth its cost (the README's nineteenth sitting)."""
-    if held is None or held <= RUNNING_SHOWN * at_miss:
+def _running_note(share: float | None, load: float) -> str:
+    """Decode: the words a miss's reason adds when the sequences running now (``share`` of the
+    plan's batch) are :data:`RUNNING_SHOWN` over the load it is learned at (``load``, of the
+    plan). A reading, not a verdict: more sequences than the window's mean load explains follow
+    a rise of the load within the window, or replicas slower than the profile (a slower step
+    holds more sequences at the same load), or a correction under 1 (a replica holds its whole
+    batch, over the corrected plan's). The lesson is learned all the same: after ServeGen's
+    rises it is headroom for the next, worth its cost (the README's nineteenth sitting)."""
+    if share is None or share <= RUNNING_SHOWN * load:
         return ""
-    return f", with {held / planned:.0%} of the planned sequences running now"
+    return f", with {share:.0%} of the planned sequences running now"
+
+
+def _track(mean: float, readings: int, reading: float | None) -> tuple[float, int]:
+    """One length of the mix and the readings taken: the mean of the readings until there are
+    :data:`LENGTH_READINGS`, then 1/:data:`LENGTH_READINGS` of the way a reading; a reading
+    that is absent, not positive or not finite leaves both as they are."""
+    if reading is None or not 0 < reading < math.inf:
+        return mean, readings
+    readings += 1
+    return mean + (reading - mean) / min(readings, LENGTH_READINGS), readings
