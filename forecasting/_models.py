@@ -471,7 +471,7 @@ class QuantileGBForecaster(_Forecaster):
         target_t = t0 + (o + h) * res
         tod = 2 * np.pi * (target_t % DAY_S) / DAY_S
         cols += [np.sin(tod), np.cos(tod)]
-        if getattr(self, "weekdays_", True):  # a model fitted before the gate had them
+        if self.weekdays_:
             dow = 2 * np.pi * (target_t % (7 * DAY_S)) / (7 * DAY_S)
             cols += [np.sin(dow), np.cos(dow)]
         with np.errstate(invalid="ignore", divide="ignore"):
