@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from controller._perf import (
     HEADROOM,
@@ -46,7 +47,7 @@ from controller._perf import (
 from controller._profiles import InstanceProfile
 from pdscale.spec import Role
 
-__all__ = ["MIN_MISS_LOAD", "CapacityModel"]
+__all__ = ["MIN_MISS_LOAD", "CapacityModel", "usable_length"]
 
 MIN_MISS_LOAD = 0.5
 """A prefill latency miss (with no backlog) below this share of the planned load is not learned
@@ -289,11 +290,17 @@ def _running_note(share: float | None, load: float) -> str:
     return f", with {share:.0%} of the planned sequences running now"
 
 
+def usable_length(reading: float | None) -> TypeGuard[float]:
+    """A length reading the mix can take: present, positive and finite (an engine with no
+    request yet reads NaN, a broken counter ratio inf)."""
+    return reading is not None and 0 < reading < math.inf
+
+
 def _track(mean: float, readings: int, reading: float | None) -> tuple[float, int]:
     """One length of the mix and the readings taken: the mean of the readings until there are
     :data:`LENGTH_READINGS`, then 1/:data:`LENGTH_READINGS` of the way a reading; a reading
     that is absent, not positive or not finite leaves both as they are."""
-    if reading is None or not 0 < reading < math.inf:
+    if not usable_length(reading):
         return mean, readings
     readings += 1
     return mean + (reading - mean) / min(readings, LENGTH_READINGS), readings

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller._capacity import CapacityModel
+from controller._capacity import CapacityModel, usable_length
 from controller._forecast import ForecastStage, NoForecast
 from controller._interface import (
     Cause,
@@ -123,8 +123,9 @@ KV_GATE = 0.8
 """A decode queue is a backlog only while the ITL p95 is over the share of the ITL SLO the
 capacity model plans a step for (``HEADROOM``: under it the pool has step time to admit more),
 the decode pool's KV cache is at least this full (its waiting sequences wait for memory), or
-its running sequences fill this share of the most its ready replicas hold (the engine's batch
-cap or the cache); with any of the three signals unread, any queue over the count is one."""
+its running sequences fill this share of the most its serving (ready and draining) replicas
+hold (the engine's batch cap or the cache); with any of the three signals unread, any queue over
+the count is one."""
 
 
 def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) -> bool:
@@ -140,7 +141,7 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
     workers the window never needed. For decode (given its capacity model) a queue over the
     count is a backlog only while the ITL p95 is over the planned share of its SLO (``HEADROOM``),
     the KV cache is :data:`KV_GATE` full or the running sequences fill that share of the
-    batches the ready replicas hold (or any of these is unread): on the same stack decode queues
+    batches the serving replicas hold (or any of these is unread): on the same stack decode queues
     of 3 on one worker, with the ITL p95 at a sixth to a half of its SLO and the cache far from
     full, added a decode worker three times (Azure at 900 s, Mooncake at 870 and 585 s), 9-17 %
     more worker-hours than static 2+1 for nothing; a decode pool short of memory (KV full) or of
@@ -157,7 +158,10 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
         running = pool.signals.get(Signal.RUNNING_REQUESTS)
         if itl is None or kv is None or running is None:
             return True
-        full = running >= KV_GATE * ready * capacity.decode_batch_limit()
+        # The running count covers draining replicas too (the engines' and the event
+        # simulator's), so their sequences are measured against their room as well.
+        serving = max(pool.replicas.ready + pool.replicas.draining, 1)
+        full = running >= KV_GATE * serving * capacity.decode_batch_limit()
         return itl > HEADROOM * capacity.slo_s or kv >= KV_GATE or full
     clear_s = capacity.prefill_queue_s(queue, ready)
     if clear_s <= QUEUE_WAIT_SHARE * capacity.slo_s:
@@ -233,7 +237,7 @@ class PdscalePolicy:
         prompt_len: dict[str, float] = {}
         for key, pool in observation.pools.items():
             value = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
-            if value is not None and value > 0:
+            if usable_length(value):
                 prompt_len.setdefault(key[0], value)
         return {key: self._decide_pool(key, pool, observation.now_s, _Context(
                     key[0] in decode_backlog, prompt_len.get(key[0])))
@@ -257,7 +261,7 @@ class PdscalePolicy:
         st = self.state[key]
         signals = pool.signals
         prompt = signals.get(Signal.MEAN_PROMPT_TOKENS)
-        if prompt is None or not 0 < prompt < math.inf:  # unread here (decode): the service's
+        if not usable_length(prompt):  # unread here (decode): the service's
             prompt = ctx.service_prompt_tokens
         st.capacity.observe_lengths(prompt, signals.get(Signal.MEAN_OUTPUT_TOKENS))
         per_replica, batch = st.capacity.per_replica(), st.capacity.decode_batch()

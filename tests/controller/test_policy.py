@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -161,6 +162,26 @@ def test_a_decode_queue_is_a_backlog_only_while_step_time_or_memory_is_short() -
         reasons = out[KEY_D].reasons
         assert any(r.startswith("reactive:") for r in reasons) is fires, (itl, kv, running,
                                                                           reasons)
+        assert (policy.state[KEY_D].capacity.correction < 1.0) is fires
+
+
+def test_a_decode_pools_running_sequences_are_weighed_against_its_draining_replicas_too(
+) -> None:
+    """The running count covers draining replicas (the engines' and the event simulator's), so
+    the batch gate weighs it against the room of ready and draining replicas: 1.2 batches'
+    worth of KV_GATE running on 1 ready + 1 draining is not full (the ready-only gate had called
+    it a backlog and taught the model a false miss); 2.1 batches' worth is."""
+    limit = CapacityModel(Role.DECODE, H100, 0.05).decode_batch_limit()
+    for share, fires in ((1.2, False), (2.1, True)):
+        policy = _policy(burst_window=0)
+        obs = _obs(0, gen=500.0, itl=0.01, ready=(2, 1))
+        pool = obs.pools[KEY_D]
+        pool.signals.update({"queue_depth": 3.0, "kv_cache_usage_ratio": 0.4,  # type: ignore[attr-defined]
+                             "running_requests": share * KV_GATE * limit})
+        obs.pools[KEY_D] = dataclasses.replace(  # type: ignore[index]
+            pool, replicas=dataclasses.replace(pool.replicas, draining=1))
+        reasons = policy.decide(obs)[KEY_D].reasons
+        assert any(r.startswith("reactive:") for r in reasons) is fires, (share, reasons)
         assert (policy.state[KEY_D].capacity.correction < 1.0) is fires
 
 
@@ -508,17 +529,20 @@ def test_the_length_mix_is_the_mean_of_the_first_readings_then_tracked_slowly() 
 def test_a_decode_pool_without_a_prompt_length_of_its_own_takes_the_services() -> None:
     """Decode engines may export no prompt length (or a NaN one, 0/0 over an idle window): the
     decode model then takes the length its service's prefill pool reads, so both plan for the
-    same prompts."""
-    for own in (None, math.nan, 0.0):
+    same prompts. The service's length is the first usable one, whichever pool is listed first:
+    a decode pool reading inf before its prefill pool does not stand for the service."""
+    for own, order in itertools.product((None, math.nan, 0.0, math.inf),
+                                        ((KEY_P, KEY_D), (KEY_D, KEY_P))):
         policy = _policy()
         obs = _obs(0)
-        pools = dict(obs.pools)
-        for key, length in ((KEY_P, 12_000.0), (KEY_D, own)):
-            pool = pools[key]
+        pools = {}
+        for key in order:
+            pool = obs.pools[key]
+            length = 12_000.0 if key == KEY_P else own
             signals = {**pool.signals, Signal.MEAN_PROMPT_TOKENS: length}
             pools[key] = PoolObservation(key, pool.replicas, signals, pool.data_time_s)
         policy.decide(Observation(0, pools))
-        assert policy.state[KEY_D].capacity.mean_prompt_tokens == 12_000.0, own
+        assert policy.state[KEY_D].capacity.mean_prompt_tokens == 12_000.0, (own, order)
 
 
 def _kingman_allows(p95: float, slo: float, rho: float) -> float:
