@@ -86,8 +86,9 @@ class Cause(StrEnum):
     FORECAST = "forecast"
     """Sized up for the demand forecast one lead ahead (or the demand now)."""
     TAIL = "tail"
-    """Sized up by the prefill tail model (the arriving work's 95th percentile within
-    seconds, from the prompt tokens' measured dispersion), over the demand's need."""
+    """Sized up by a tail model over the demand's need: prefill's (the arriving work's 95th
+    percentile within seconds, from the prompt tokens' measured dispersion) or decode's (the
+    running sequences' 95th percentile, from their spread between readings)."""
     REACTIVE = "reactive"
     """Latency over the SLO or a backlog: sized to drain it (the reactive path), or a prefill
     backlog sized to be served within the TTFT SLO (the burst)."""

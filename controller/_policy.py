@@ -52,7 +52,13 @@ from controller._interface import (
 )
 from controller._perf import HEADROOM, uncached_prefill_demand
 from controller._profiles import load_profile
-from controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL, SizingInputs, size
+from controller._sizing import (
+    DEMAND_SIGNAL,
+    LATENCY_SIGNAL,
+    SizingInputs,
+    running_spread,
+    size,
+)
 from controller._stabilise import PoolHistory, bound, stabilise
 from pdscale.spec import ControllerSettings, Role, Spec
 from telemetry import DISPERSION_WINDOW_S, RATE_WINDOW_S, Signal
@@ -102,6 +108,8 @@ class PoolPolicyState:
     history: PoolHistory = field(default_factory=PoolHistory)
     ready_seen: deque[tuple[float, int]] = field(default_factory=deque)
     """(time, ready replicas) over the latency window."""
+    running_seen: deque[tuple[float, float]] = field(default_factory=deque)
+    """Decode: (data time, running sequences) over the rate window."""
 
     def mean_ready(self, now_s: float, ready: int, window_s: float) -> float:
         """The ready replicas averaged over the latency window: the p95 of a window that
@@ -111,6 +119,19 @@ class PoolPolicyState:
         while self.ready_seen and self.ready_seen[0][0] < now_s - window_s:
             self.ready_seen.popleft()
         return sum(n for _, n in self.ready_seen) / len(self.ready_seen)
+
+    def running_readings(self, at_s: float, running: float | None, window_s: float
+                         ) -> list[float]:
+        """Decode: the running sequences read over the rate window, one reading per sample
+        (a sample read again at a later tick is not a new reading; unread or not finite, none
+        is added)."""
+        seen = self.running_seen
+        if running is not None and math.isfinite(running) and running >= 0 \
+                and (not seen or at_s > seen[-1][0]):
+            seen.append((at_s, running))
+        while seen and seen[0][0] < at_s - window_s:
+            seen.popleft()
+        return [v for _, v in seen]
 
 
 QUEUE_WAIT_SHARE = 0.25
@@ -346,7 +367,9 @@ class PdscalePolicy:
             quantile=settings.scale_up_quantile, correction=cap.correction,
             dispersion=_dispersion(pool, demand) if prefill else None,
             dispersion_window_s=DISPERSION_WINDOW_S,
-            saturated_per_replica=cap.saturated_prefill() if prefill else 0.0))
+            saturated_per_replica=cap.saturated_prefill() if prefill else 0.0,
+            running_spread=None if prefill else running_spread(st.running_readings(
+                pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S))))
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)

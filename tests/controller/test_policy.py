@@ -185,6 +185,30 @@ def test_a_decode_pools_running_sequences_are_weighed_against_its_draining_repli
         assert (policy.state[KEY_D].capacity.correction < 1.0) is fires
 
 
+def test_decode_learns_its_running_sequences_spread_from_its_own_readings() -> None:
+    """The policy keeps the running sequences it reads over the rate window: swinging
+    readings size decode for their 95th percentile (a "tail" reason, once four readings are
+    in); a sample read again at a later tick is not a new reading, and readings older than the
+    window leave it."""
+    policy = _policy(burst_window=0)
+    swing = (100.0, 400.0, 100.0, 400.0, 100.0)
+    for i, running in enumerate(swing):
+        obs = _obs(15 * i, gen=500.0)
+        obs.pools[KEY_D].signals["running_requests"] = running  # type: ignore[index]
+        out = policy.decide(obs)
+        tailed = any(r.startswith("tail: running sequences") for r in out[KEY_D].reasons)
+        assert tailed is (i >= 3), (i, out[KEY_D].reasons)
+    assert out[KEY_D].detail["running_spread"] == pytest.approx(300 * 1.4826 / math.sqrt(2))
+    state = policy.state[KEY_D]
+    assert len(state.running_seen) == 5
+    # The same sample again (its data time unchanged) adds no reading.
+    last = state.running_seen[-1][0]
+    assert len(state.running_readings(last, 400.0, 300.0)) == 5
+    assert len(state.running_readings(last + 15, math.nan, 300.0)) == 5  # unread: none added
+    # Ten minutes on, the old readings have left the window.
+    assert state.running_readings(last + 600, 250.0, 300.0) == [250.0]
+
+
 def test_scale_down_waits_for_stabilisation_and_steps() -> None:
     policy = _policy(stabilisation=300, max_step_down=2, burst_window=0)
     high = policy.decide(_obs(0, prompt=300_000.0))

@@ -21,6 +21,7 @@ from controller import (
     size,
     stabilise,
 )
+from controller._sizing import running_spread
 from pdscale.spec import ControllerSettings, Role
 
 KEY = ("svc", Role.PREFILL)
@@ -106,9 +107,48 @@ def test_the_tail_sizes_for_clumped_arrivals_within_the_slo() -> None:
     # One wild window asks for at most twice the need.
     wild = size(replace(BASE, dispersion=1e7))
     assert wild.need == 6 and "at most twice the need" in wild.reasons[-1]
-    # Decode has no tail term.
+    # Decode has no arrivals' tail term (its own is the running sequences', below).
     decode = size(replace(BASE, role=Role.DECODE, running=0.0, dispersion=60_000.0))
     assert decode.detail["tail_need"] is None and decode.need == 3
+
+
+def test_decode_sizes_for_the_running_sequences_95th_percentile() -> None:
+    """Decode's tail: the sequences the load implies plus 1.645 x their spread between
+    readings, in batches of the replicas' batch; off while the spread is unread, at most twice
+    the need, never a prefill term."""
+    decode = replace(BASE, role=Role.DECODE, demand=15_000.0, running=None, decode_batch=64,
+                     per_replica=5_000.0)  # 3 replicas' worth: 192 sequences
+    assert size(decode).need == 3 and size(decode).detail["tail_need"] is None
+    swinging = size(replace(decode, running_spread=50.0))  # 192 + 82.2 = 274.2 -> 5 batches
+    assert swinging.need == 5 and swinging.tail and swinging.detail["tail_need"] == 5
+    assert swinging.detail["running_spread"] == 50.0
+    assert any(r.startswith("tail: running sequences move by 50") and "274 sequences" in r
+               and "need 5 replicas of 64" in r for r in swinging.reasons)
+    # Steady readings add nothing where the load's batches have room for their swing:
+    # 179.2 + 4.9 sequences still fit the 3 batches the load needs.
+    steady = size(replace(decode, demand=14_000.0, running_spread=3.0))
+    assert steady.need == 3 and not steady.tail
+    wild = size(replace(decode, running_spread=1e4))
+    assert wild.need == 6 and "at most twice the need" in wild.reasons[-1]
+    # The burst hold raises what the tail is added to.
+    held = size(replace(decode, running_spread=50.0, hold=30_000.0))
+    assert held.need == 8  # 384 + 82.2 = 466.2 sequences -> 8 batches
+    # Prefill ignores a spread of running sequences.
+    assert size(replace(BASE, running_spread=50.0)).need == 3
+
+
+def test_the_running_sequences_spread_is_robust_to_a_step() -> None:
+    """The spread is the median absolute change between readings, scaled to a normal sigma:
+    noise of a known sigma reads back near it, while one step of the load among steady
+    readings reads as no spread (a step moves the mean; the forecast and hold carry it)."""
+    assert running_spread([100.0, 110.0, 95.0]) is None  # three readings: too few
+    rng = np.random.default_rng(0)
+    noisy = list(200 + 20 * rng.standard_normal(2_000))
+    assert running_spread(noisy) == pytest.approx(20.0, rel=0.05)
+    step = [200.0] * 10 + [400.0] * 10
+    assert running_spread(step) == 0.0
+    assert running_spread([200.0, 180.0, 220.0, 200.0]) == pytest.approx(20 * 1.4826
+                                                                         / math.sqrt(2))
 
 
 def test_a_latency_miss_that_has_passed_adds_no_replica() -> None:
