@@ -219,8 +219,9 @@ class CapacityModel:
         SLO on any number of replicas). Learning from such misses moved the estimate an eighth
         lower (a quarter of the way to half) on every tick the miss stayed in the 5-minute
         window: one burst minute on the Azure code trace ran it down to its floor, 0.3 of the
-        profile, for the whole hour. Decode has no tail model and no peak signal: its misses
-        are learned at any load, as before; when the sequences a replica runs now
+        profile, for the whole hour. Decode has no peak signal (its tail model sizes for the
+        running sequences' swings, not for a miss): its misses are learned at any load, as
+        before; when the sequences a replica runs now
         (``running_per_replica``) are :data:`RUNNING_SHOWN` over the window's mean load, the
         reason says how many of the plan's run (:func:`_running_note`), and the lesson stands
         (learning at the load now instead cost ServeGen 0.11-0.13 points). A tick that misses,

@@ -123,17 +123,21 @@ class PoolPolicyState:
     def running_readings(self, at_s: float, running: float | None, window_s: float
                          ) -> list[float]:
         """Decode: the running sequences read over the rate window, one reading per sample
-        (a sample read again at a later tick is not a new reading; unread or not finite, none
-        is added)."""
+        (``at_s``, the sample's time: a sample read again at a later tick, within
+        :data:`SAME_SAMPLE_S`, is not a new reading, or a controller ticking faster than the
+        recording rule would read spreads of zero; unread or not finite, none is added)."""
         seen = self.running_seen
         if running is not None and math.isfinite(running) and running >= 0 \
-                and (not seen or at_s > seen[-1][0]):
+                and (not seen or at_s > seen[-1][0] + SAME_SAMPLE_S):
             seen.append((at_s, running))
         while seen and seen[0][0] < at_s - window_s:
             seen.popleft()
         return [v for _, v in seen]
 
 
+SAME_SAMPLE_S = 0.5
+"""Sample times closer than this are the same sample read again (its time is the tick's less
+the sample's age, which rounding may move by a little)."""
 QUEUE_WAIT_SHARE = 0.25
 """A prefill queue is a backlog only when the ready replicas need more than this share of the
 TTFT SLO to work through it at the profile's saturated throughput..."""
@@ -180,7 +184,10 @@ def _backlogged(pool: PoolObservation, capacity: CapacityModel | None = None) ->
         if itl is None or kv is None or running is None:
             return True
         # The running count covers draining replicas too (the engines' and the event
-        # simulator's), so their sequences are measured against their room as well.
+        # simulator's), so their sequences are measured against their room as well. Draining
+        # replicas admit nothing, so a full ready replica beside a draining one that has
+        # nearly emptied reads as less than full (the ready-only room erred the other way,
+        # a false backlog during every drain; the split of the count is not read).
         serving = max(pool.replicas.ready + pool.replicas.draining, 1)
         full = running >= KV_GATE * serving * capacity.decode_batch_limit()
         return itl > HEADROOM * capacity.slo_s or kv >= KV_GATE or full
@@ -348,6 +355,8 @@ class PdscalePolicy:
             st.history = st.history.seeded(
                 self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
+        readings = [] if prefill else st.running_readings(
+            pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S)
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
@@ -368,8 +377,8 @@ class PdscalePolicy:
             dispersion=_dispersion(pool, demand) if prefill else None,
             dispersion_window_s=DISPERSION_WINDOW_S,
             saturated_per_replica=cap.saturated_prefill() if prefill else 0.0,
-            running_spread=None if prefill else running_spread(st.running_readings(
-                pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S))))
+            running_spread=None if prefill else running_spread(readings),
+            running_mean=float(np.mean(readings)) if readings else None))
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)

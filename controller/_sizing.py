@@ -33,14 +33,21 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    the learned capacity correction (which misses lower and prefill slack raises; the larger
    of the two needs is taken), at most twice the need, and off (said in the detail) when the
    dispersion is unread: fluid-mode simulations, or a scrape interval over 2.5 s.
-   The tail (decode): the sequences running at their 95th percentile. The policy reads the
+   The tail (decode): the running sequences at their 95th percentile. The policy reads the
    running sequences each tick; their spread between consecutive readings over the rate window
-   (:func:`running_spread`, robust: the median absolute change, so one step of the load among
-   a window's readings does not count as noise) gives load + z95 x spread sequences, in
-   batches of the replicas' batch. On the Mooncake trace decode sized on the mean rate ran 11
-   replicas where the running sequences' swings needed 13-16: the waiting for a batch slot
-   came out in the TTFT. Off with fewer than :data:`SPREAD_READINGS` readings, at most twice
-   the need, not scaled by the correction beyond the batch it already carries.
+   (:func:`running_spread`: the median absolute change, over sqrt(2) as for independent
+   readings, so one step of the load among a window's readings does not count as noise) gives
+   their level + z95 x spread, in batches of the replicas' batch, the level being the load's
+   replicas (demand and forecast, not the hold or the reading now, which carry swings
+   already) or the readings' mean, whichever is higher. On the Mooncake trace decode sized on
+   the mean rate ran 11 replicas where the oracle, knowing each second's sequences, ran 13-16:
+   the wait for a batch slot came out in the TTFT. Off with fewer than
+   :data:`SPREAD_READINGS` readings or no load, at most twice the need. The spread assumes
+   readings further apart than a sequence's life (readings closer than that are correlated
+   and read low) and a level without a steady ramp (whose every change reads as spread); a
+   pool full to its batches reads flat (its excess waits in the queue, which the reactive
+   path sizes: counting the waiting sequences too made ServeGen's rises, whose queues swing,
+   hold capacity for nothing).
 6. The reactive path, when latency p95 is over the SLO or a queue builds: one decision for the
    whole burst, not a replica per cold start. New replicas are ready one lead from now; until
    then the ready ones serve and the backlog grows by the arrivals they cannot serve. The pool
@@ -140,8 +147,10 @@ class SizingInputs:
     saturated_per_replica: float = 0.0
     """Prefill: uncached tokens/s one replica computes saturated, by the profile alone."""
     running_spread: float | None = None
-    """Decode: the running sequences' spread between readings (:func:`running_spread`; None:
-    too few readings)."""
+    """Decode: the running sequences' spread between readings
+    (:func:`running_spread`; None: too few readings)..."""
+    running_mean: float | None = None
+    """... and their mean over the same readings."""
 
 
 @dataclass(frozen=True)
@@ -237,15 +246,19 @@ def _tail_need(x: SizingInputs, load: float) -> tuple[int, float, float]:
     return math.ceil(p95 / mu - 1e-9), p95, window
 
 
-def _decode_tail_need(x: SizingInputs, load: float) -> tuple[int, float]:
+def _decode_tail_need(x: SizingInputs) -> tuple[int, float]:
     """Decode: (replicas whose batches hold the sequences at their 95th percentile, unbounded
-    (:func:`size` keeps it to twice the need); those sequences), 0s when the spread is unread
-    (see the module docstring)."""
+    (:func:`size` keeps it to twice the need); the level it adds the spread to, in replicas),
+    0s when the spread is unread or there is no load (see the module docstring)."""
     if x.role is not Role.DECODE or x.running_spread is None or x.per_replica <= 0 \
             or x.decode_batch <= 0:
         return 0, 0.0
-    sequences = load / x.per_replica * x.decode_batch + TAIL_Z * x.running_spread
-    return math.ceil(sequences / x.decode_batch - 1e-9), sequences
+    level = max(x.demand, x.forecast or 0.0) / x.per_replica
+    if x.running_mean is not None:
+        level = max(level, x.running_mean / x.decode_batch)
+    if level <= 0:
+        return 0, 0.0
+    return math.ceil(level + TAIL_Z * x.running_spread / x.decode_batch - 1e-9), level
 
 
 def size(x: SizingInputs) -> Need:
@@ -285,12 +298,14 @@ def size(x: SizingInputs) -> Need:
                        f"{tail} replicas at {x.saturated_per_replica:.4g}/s saturated (at most "
                        "twice the need)")
         need, set_by = tail, "tail"
-    decode_tail, sequences = _decode_tail_need(x, sized_for)
+    decode_tail, level = _decode_tail_need(x)
     decode_tail = min(decode_tail, 2 * max(need, 1))
-    if decode_tail > need:
-        reasons.append(f"tail: running sequences move by {x.running_spread:.3g} between "
-                       f"readings; {sequences:.0f} sequences at their 95th percentile need "
-                       f"{decode_tail} replicas of {x.decode_batch} (at most twice the need)")
+    if decode_tail > need and x.running_spread is not None:
+        reasons.append(f"tail: running sequences move by {x.running_spread:.3g} "
+                       f"between readings; their 95th percentile adds {TAIL_Z:.4g} x that, "
+                       f"{TAIL_Z * x.running_spread / x.decode_batch:.2f} batches of "
+                       f"{x.decode_batch}, to the level's {level:.2f} replicas -> need "
+                       f"{decode_tail} (at most twice the need)")
         need, set_by = decode_tail, "tail"
     decoding = x.role is Role.DECODE and x.running_spread is not None
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,

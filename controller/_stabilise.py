@@ -5,10 +5,11 @@ Pure functions over an immutable :class:`PoolHistory` (the needs of the last
 each returns the new history with its answer.
 
 * Scale up at once (the cause is ``reactive`` when the reactive path asked for more than the
-  sizing did or a prefill backlog set the sizing's need, else ``tail`` when the prefill tail
-  model set it, else ``forecast``). A scale-up within the stabilisation window after a
-  scale-down is a reversal: the scale-down forgot capacity a burst came back for, so the
-  burst hold's half-life doubles (and relaxes back over hours without reversals).
+  sizing did or a prefill backlog set the sizing's need, else ``tail`` when a tail model set
+  it (prefill's arrivals, decode's running sequences), else ``forecast``). A scale-up within
+  the stabilisation window after a scale-down is a reversal: the scale-down forgot capacity
+  a burst came back for, so the burst hold's half-life doubles (and relaxes back over hours
+  without reversals).
 * Scale down only once the need has stayed below the current replicas for the whole
   stabilisation window (and the pool has been watched that long), to the highest need seen in
   it, by at most ``max_step_down`` replicas a tick.

@@ -204,7 +204,11 @@ def test_decode_learns_its_running_sequences_spread_from_its_own_readings() -> N
     # The same sample again (its data time unchanged) adds no reading.
     last = state.running_seen[-1][0]
     assert len(state.running_readings(last, 400.0, 300.0)) == 5
-    assert len(state.running_readings(last + 15, math.nan, 300.0)) == 5  # unread: none added
+    # Within half a second it is the same sample (its time is the tick's less its age).
+    assert len(state.running_readings(last + 0.3, 400.0, 300.0)) == 5
+    assert len(state.running_readings(last + 1.0, 400.0, 300.0)) == 6
+    last += 1.0
+    assert len(state.running_readings(last + 15, math.nan, 300.0)) == 6  # unread: none added
     # Ten minutes on, the old readings have left the window.
     assert state.running_readings(last + 600, 250.0, 300.0) == [250.0]
 

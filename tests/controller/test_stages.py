@@ -113,28 +113,42 @@ def test_the_tail_sizes_for_clumped_arrivals_within_the_slo() -> None:
 
 
 def test_decode_sizes_for_the_running_sequences_95th_percentile() -> None:
-    """Decode's tail: the sequences the load implies plus 1.645 x their spread between
-    readings, in batches of the replicas' batch; off while the spread is unread, at most twice
-    the need, never a prefill term."""
+    """Decode's tail: the level (the load's replicas from demand and forecast, or the readings'
+    mean in batches, whichever is higher) plus 1.645 x the running sequences' spread in
+    batches of the replicas' batch; off while the spread is unread or with no load, at most
+    twice the need, never a prefill term; a reading now at a swing's high, or the burst hold,
+    which carry swings already, do not raise the level it is added to."""
     decode = replace(BASE, role=Role.DECODE, demand=15_000.0, running=None, decode_batch=64,
-                     per_replica=5_000.0)  # 3 replicas' worth: 192 sequences
+                     per_replica=5_000.0)  # 3 replicas' worth
     assert size(decode).need == 3 and size(decode).detail["tail_need"] is None
-    swinging = size(replace(decode, running_spread=50.0))  # 192 + 82.2 = 274.2 -> 5 batches
+    swinging = size(replace(decode, running_spread=50.0))  # 3 + 82.2 / 64 = 4.28 -> 5
     assert swinging.need == 5 and swinging.tail and swinging.detail["tail_need"] == 5
     assert swinging.detail["running_spread"] == 50.0
-    assert any(r.startswith("tail: running sequences move by 50") and "274 sequences" in r
-               and "need 5 replicas of 64" in r for r in swinging.reasons)
-    # Steady readings add nothing where the load's batches have room for their swing:
-    # 179.2 + 4.9 sequences still fit the 3 batches the load needs.
+    assert any(r.startswith("tail: running sequences move by 50") and "adds 1.645 x that" in r
+               and "1.29 batches of 64, to the level's 3.00 replicas -> need 5" in r
+               for r in swinging.reasons)
+    # The readings' mean over the load's level raises it: 256 sequences = 4 batches -> 6.
+    assert size(replace(decode, running_spread=50.0, running_mean=256.0)).need == 6
+    assert size(replace(decode, running_spread=50.0, running_mean=100.0)).need == 5  # under
+    # A forecast over the demand is the level.
+    assert size(replace(decode, running_spread=50.0, forecast=25_000.0)).need == 7
+    # A reading now at a swing's high sizes the load as before, and the tail is not stacked
+    # on it: 300 running = 4.69 batches -> 5; the tail's 4.28 -> 5 adds nothing.
+    high = size(replace(decode, running=300.0, running_spread=50.0))
+    assert high.need == 5 and not high.tail
+    # Nor on the burst hold: the hold's 8 replicas stand, the tail asks for 5.
+    held = size(replace(decode, running_spread=50.0, hold=40_000.0))
+    assert held.need == 8 and not held.tail
+    # Steady readings add nothing where the load's batches have room for their swing.
     steady = size(replace(decode, demand=14_000.0, running_spread=3.0))
     assert steady.need == 3 and not steady.tail
     wild = size(replace(decode, running_spread=1e4))
     assert wild.need == 6 and "at most twice the need" in wild.reasons[-1]
-    # The burst hold raises what the tail is added to.
-    held = size(replace(decode, running_spread=50.0, hold=30_000.0))
-    assert held.need == 8  # 384 + 82.2 = 466.2 sequences -> 8 batches
+    # No load, no tail (the swing of an idle pool's few sequences is no demand).
+    idle = size(replace(decode, demand=0.0, running_spread=20.0))
+    assert idle.detail["tail_need"] == 0 and not idle.tail
     # Prefill ignores a spread of running sequences.
-    assert size(replace(BASE, running_spread=50.0)).need == 3
+    assert size(replace(BASE, running_spread=50.0, running_mean=500.0)).need == 3
 
 
 def test_the_running_sequences_spread_is_robust_to_a_step() -> None:
