@@ -134,6 +134,13 @@ class PoolPolicyState:
             seen.popleft()
         return [v for _, v in seen]
 
+    def running_swing(self, pool: PoolObservation) -> tuple[float | None, float | None]:
+        """Decode: the running sequences' spread (:func:`running_spread`) and mean over the
+        rate window's readings, this tick's added (:meth:`running_readings`)."""
+        readings = self.running_readings(
+            pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S)
+        return running_spread(readings), float(np.mean(readings)) if readings else None
+
 
 SAME_SAMPLE_S = 0.5
 """Sample times closer than this are the same sample read again (its time is the tick's less
@@ -355,8 +362,7 @@ class PdscalePolicy:
             st.history = st.history.seeded(
                 self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
-        readings = [] if prefill else st.running_readings(
-            pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S)
+        spread, in_flight = (None, None) if prefill else st.running_swing(pool)
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
@@ -377,8 +383,7 @@ class PdscalePolicy:
             dispersion=_dispersion(pool, demand) if prefill else None,
             dispersion_window_s=DISPERSION_WINDOW_S,
             saturated_per_replica=cap.saturated_prefill() if prefill else 0.0,
-            running_spread=None if prefill else running_spread(readings),
-            running_mean=float(np.mean(readings)) if readings else None))
+            running_spread=spread, running_mean=in_flight))
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)
