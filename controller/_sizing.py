@@ -40,7 +40,7 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    their level + z95 x spread, in batches of the replicas' batch, the level being the load's
    replicas (demand and forecast, not the hold or the reading now, which carry swings
    already) or the readings' mean, whichever is higher. On the Mooncake trace decode sized on
-   the mean rate ran 11 replicas where the oracle, knowing each second's sequences, ran 13-16:
+   the mean rate ran 11-12 replicas where the oracle, knowing each second's sequences, ran 13-17:
    the wait for a batch slot came out in the TTFT. Off with fewer than
    :data:`SPREAD_READINGS` readings or no load, at most twice the need. The spread assumes
    readings further apart than a sequence's life (readings closer than that are correlated
