@@ -37,6 +37,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -116,8 +117,7 @@ class PoolPolicyState:
         straddles a scale-up still carries the smaller pool's latency, so the load it is
         compared with is per replica of that window, not of now."""
         self.ready_seen.append((now_s, ready))
-        while self.ready_seen and self.ready_seen[0][0] < now_s - window_s:
-            self.ready_seen.popleft()
+        _drop_before(self.ready_seen, now_s - window_s)
         return sum(n for _, n in self.ready_seen) / len(self.ready_seen)
 
     def running_readings(self, at_s: float, running: float | None, window_s: float
@@ -130,8 +130,7 @@ class PoolPolicyState:
         if running is not None and math.isfinite(running) and running >= 0 \
                 and (not seen or at_s > seen[-1][0] + SAME_SAMPLE_S):
             seen.append((at_s, running))
-        while seen and seen[0][0] < at_s - window_s:
-            seen.popleft()
+        _drop_before(seen, at_s - window_s)
         return [v for _, v in seen]
 
     def running_swing(self, pool: PoolObservation) -> tuple[float | None, float | None]:
@@ -140,6 +139,15 @@ class PoolPolicyState:
         readings = self.running_readings(
             pool.data_time_s, pool.signals.get(Signal.RUNNING_REQUESTS), RATE_WINDOW_S)
         return running_spread(readings), float(np.mean(readings)) if readings else None
+
+
+T = TypeVar("T")
+
+
+def _drop_before(seen: deque[tuple[float, T]], start_s: float) -> None:
+    """Drop the (time, value) readings older than ``start_s`` (a window's start)."""
+    while seen and seen[0][0] < start_s:
+        seen.popleft()
 
 
 SAME_SAMPLE_S = 0.5

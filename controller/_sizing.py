@@ -63,7 +63,7 @@ history) and stabilises the result (:mod:`controller._stabilise`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -261,6 +261,28 @@ def _decode_tail_need(x: SizingInputs) -> tuple[int, float]:
     return math.ceil(level + TAIL_Z * x.running_spread / x.decode_batch - 1e-9), level
 
 
+def _tail_term(x: SizingInputs, load: float) -> tuple[int, Callable[[int], str]] | None:
+    """The role's tail model: (its need, unbounded; the reason for a need, bounded) or None
+    while its measure is unread (prefill: the dispersion; decode: the running sequences'
+    spread). Prefill sizes the arriving work at ``load``; decode adds the spread to its level."""
+    if x.role is Role.PREFILL and x.dispersion is not None:
+        need, work, window = _tail_need(x, load)
+        return need, lambda n: (
+            f"tail: arriving tokens dispersed {x.dispersion:.4g} (per "
+            f"{x.dispersion_window_s:g}s window); the work arriving in {window:g}s at its 95th "
+            f"percentile, {work:.4g}/s, needs {n} replicas at {x.saturated_per_replica:.4g}/s "
+            "saturated (at most twice the need)")
+    if x.role is Role.DECODE and x.running_spread is not None:
+        spread = x.running_spread
+        need, level = _decode_tail_need(x)
+        return need, lambda n: (
+            f"tail: running sequences move by {spread:.3g} between readings; their 95th "
+            f"percentile adds {TAIL_Z:.4g} x that, {TAIL_Z * spread / x.decode_batch:.2f} "
+            f"batches of {x.decode_batch}, to the level's {level:.2f} replicas -> need {n} "
+            "(at most twice the need)")
+    return None
+
+
 def size(x: SizingInputs) -> Need:
     """The replicas the pool needs, with its reasons (see the module docstring)."""
     load, waiting, seqs = _load(x)
@@ -289,30 +311,17 @@ def size(x: SizingInputs) -> Need:
         reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
                        f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
         need, set_by = burst_need, "burst"
-    tail, tail_load, tail_window = _tail_need(x, sized_for)
-    tail = min(tail, 2 * max(need, 1))
-    if tail > need:
-        reasons.append(f"tail: arriving tokens dispersed {x.dispersion:.4g} (per "
-                       f"{x.dispersion_window_s:g}s window); the work arriving in "
-                       f"{tail_window:g}s at its 95th percentile, {tail_load:.4g}/s, needs "
-                       f"{tail} replicas at {x.saturated_per_replica:.4g}/s saturated (at most "
-                       "twice the need)")
-        need, set_by = tail, "tail"
-    decode_tail, level = _decode_tail_need(x)
-    decode_tail = min(decode_tail, 2 * max(need, 1))
-    if decode_tail > need and x.running_spread is not None:
-        reasons.append(f"tail: running sequences move by {x.running_spread:.3g} "
-                       f"between readings; their 95th percentile adds {TAIL_Z:.4g} x that, "
-                       f"{TAIL_Z * x.running_spread / x.decode_batch:.2f} batches of "
-                       f"{x.decode_batch}, to the level's {level:.2f} replicas -> need "
-                       f"{decode_tail} (at most twice the need)")
-        need, set_by = decode_tail, "tail"
-    decoding = x.role is Role.DECODE and x.running_spread is not None
+    tail = _tail_term(x, sized_for)
+    tail_need = None
+    if tail is not None:
+        tail_need = min(tail[0], 2 * max(need, 1))
+        if tail_need > need:
+            reasons.append(tail[1](tail_need))
+            need, set_by = tail_need, "tail"
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,
                    "dispersion": x.dispersion if x.role is Role.PREFILL else None,
                    "running_spread": x.running_spread if x.role is Role.DECODE else None,
-                   "tail_need": tail if x.role is Role.PREFILL and x.dispersion is not None
-                   else decode_tail if decoding else None, "need": need})
+                   "tail_need": tail_need, "need": need})
     reactive, at_lead = _reactive(x)
     if _over(x) and not _missing_now(x):
         signal = LATENCY_SIGNAL[x.role]
