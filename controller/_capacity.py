@@ -17,10 +17,12 @@ one bad minute moves it at most to just under the load it was seen at. A prefill
 far under the planned load, with no backlog, is one the load cannot explain
 (:data:`MIN_MISS_LOAD`) and teaches nothing.
 
-Slack raises it. Prefill: within half the SLO at half the profile's (uncorrected) plan or more,
-the p95 extrapolated by queueing (waiting grows as rho / (1 - rho) with the utilisation rho)
-says how far the utilisation may rise before the p95 reaches half the SLO (at most 95 % of the
-saturated throughput); the correction moves a tenth of the way a tick towards it. The plan's
+Slack raises it. Prefill: within half the SLO, the p95 extrapolated by queueing (waiting grows
+as rho / (1 - rho) with the utilisation rho) says how far the utilisation may rise before the
+p95 reaches half the SLO (at most 95 % of the saturated throughput); the correction moves a
+tenth of the way a tick towards it. Under half the profile's (uncorrected) plan the same
+reading lifts a lowered correction, at most back to 1 (a pool the misses made large runs at a
+low load, which is where it shows it is no longer short). The plan's
 fixed headroom is a guess for unknown arrivals; the pool's own p95 at its own load measures it
 (on ServeGen's smooth load a pool at 80-88 % of its saturated throughput read a TTFT p95 of
 65-90 ms against a 0.5 s SLO). Decode: well within the SLO at or above the planned load, the
@@ -65,8 +67,8 @@ RUNNING_SHOWN = 1.05
 """Decode: a miss's reason says how much of the plan's batch runs now when that is this much
 over the window's mean load (both against the plan)."""
 MIN_SLACK_LOAD = 0.5
-"""Prefill: slack is read only at or above this share of the uncorrected plan (below it the
-p95 is the prompts' own service time, and the extrapolation says little)."""
+"""Prefill: under this share of the uncorrected plan, slack lifts a lowered correction at most
+back to 1 (see :meth:`CapacityModel._queueing_target`)."""
 
 @dataclass
 class CapacityModel:
@@ -156,10 +158,9 @@ class CapacityModel:
 
     def _queueing_target(self, latency_p95_s: float | None,
                          demand_per_replica: float) -> tuple[float, str] | None:
-        """Prefill within the SLO at a load near the plan: the higher correction at which the
-        p95, extrapolated by queueing, would reach :data:`SLACK_SHARE` of the SLO, and the
-        reason saying so (None when the minute says nothing, or allows no more than the
-        correction already plans).
+        """Prefill within the SLO: the higher correction at which the p95, extrapolated by
+        queueing, would reach :data:`SLACK_SHARE` of the SLO, and the reason saying so (None
+        when the minute says nothing, or allows no more than the correction already plans).
 
         The whole p95 is taken as waiting, which grows as rho / (1 - rho) with the utilisation
         rho of the saturated throughput (Kingman's heavy-traffic form, whatever the arrivals'
@@ -169,12 +170,21 @@ class CapacityModel:
         under that utilisation (near saturation a 5-minute p95 is far from the queue's steady
         state, and an optimistic profile under-states rho) and with the p95 within
         :data:`SLACK_SHARE` of the SLO (over it, there is no slack to extrapolate). Slack only
-        raises the correction: lowering it is the misses' to do."""
+        raises the correction: lowering it is the misses' to do.
+
+        Under :data:`MIN_SLACK_LOAD` of the uncorrected plan the p95 is mostly the prompts' own
+        service time, and the extrapolation, still a lower bound, allows little past the load
+        seen; a quiet pool's reading does not raise the plan over the profile's, but it does
+        lift a correction the misses lowered, at most back to 1. That is where such a pool
+        runs: after a rise from a quiet stretch (ServeGen's), misses that the starting
+        replicas explain took the correction to 0.3-0.4 within minutes, the pool that it
+        sized carried its load at a quarter of the profile's plan with a p95 a tenth of the
+        SLO, and the correction waited on the relaxation, over hours, to rise."""
         saturated = self.saturated_prefill()
         nominal = self.nominal_per_replica()
         if latency_p95_s is None or not math.isfinite(latency_p95_s) or latency_p95_s <= 0 \
                 or latency_p95_s > SLACK_SHARE * self.slo_s or saturated <= 0 \
-                or nominal <= 0 or demand_per_replica < MIN_SLACK_LOAD * nominal:
+                or nominal <= 0 or demand_per_replica <= 0:
             return None
         rho = demand_per_replica / saturated
         if rho >= MAX_UTILISATION:
@@ -182,6 +192,8 @@ class CapacityModel:
         grow = SLACK_SHARE * self.slo_s / latency_p95_s * rho / (1.0 - rho)
         allowed = min(MAX_UTILISATION, grow / (1.0 + grow))
         target = min(self.max_correction, allowed * saturated / nominal)
+        if demand_per_replica < MIN_SLACK_LOAD * nominal:
+            target = min(target, 1.0)
         if target < self.correction + 0.005:
             return None
         return target, (
@@ -203,13 +215,13 @@ class CapacityModel:
                         peak_per_replica: float | None = None,
                         running_per_replica: float | None = None) -> None:
         """Correct towards what replicas actually deliver, only from informative minutes: a
-        miss at or below planned load (optimistic model); for prefill, slack at half the
-        profile's plan or more, extrapolated by queueing (:meth:`_queueing_target`: the p95 over
-        ``rho / (1 - rho)`` is what the arrivals' burstiness costs, so it says how far the
-        load may rise); for decode, ample slack at or above the planned load (pessimistic
-        model). Decode's slack below the planned load says nothing about the model (raising
-        the estimate on it made pools shrink into overload and back, in a cycle): it only lets
-        a lowered correction relax back over hours.
+        miss at or below planned load (optimistic model); for prefill, slack extrapolated
+        by queueing (:meth:`_queueing_target`: the p95 over ``rho / (1 - rho)`` is what the
+        arrivals' burstiness costs, so it says how far the load may rise; under half the
+        profile's plan, at most back to the profile's); for decode, ample slack at or above
+        the planned load (pessimistic model). Decode's slack below the planned load says
+        nothing about the model (raising the estimate on it made pools shrink into overload
+        and back, in a cycle): it only lets a lowered correction relax back over hours.
 
         A miss is learned at the load it most likely happened at: the larger of the latency
         window's mean load and its busiest minute's (``peak_per_replica``, prefill), both per

@@ -643,6 +643,38 @@ def test_prefill_slack_lifts_a_lowered_estimate_only_as_far_as_it_shows() -> Non
     assert ten_minutes(0.3, 0.6).correction == pytest.approx(relaxed, abs=1e-3)
 
 
+def test_prefill_slack_under_half_the_plan_lifts_a_lowered_estimate_back_to_the_profile() -> None:
+    """After a rise from a quiet stretch, misses the starting replicas explain lower the
+    estimate (0.35), and the pool it sizes carries its load at a quarter of the profile's plan
+    with a p95 a tenth of the SLO: that slack lifts the estimate within minutes, not over the
+    hours the relaxation takes; never past the profile's (1) at such a load, however small
+    the p95, and not at all with a p95 over half the SLO or no load."""
+    def minutes(p95: float | None, share: float, start: float, n: int = 40) -> CapacityModel:
+        model = CapacityModel(Role.PREFILL, H100, 0.5)
+        model.correction = start
+        for t in range(0, 15 * n, 15):
+            model.observe_latency(latency_p95_s=p95,
+                                  demand_per_replica=share * model.nominal_per_replica(),
+                                  now_s=float(t))
+        return model
+
+    relaxed = 1 - 0.65 * math.exp(-585 / 7200)  # ten minutes' relaxation alone: 0.40
+    lifted = minutes(0.05, 0.25, 0.35)
+    # At 20 % of the saturated throughput a p95 of 50 ms allows 58 %: 0.73 of the plan.
+    allowed = _kingman_allows(0.05, 0.5, 0.25 * HEADROOM)
+    assert lifted.correction == pytest.approx(allowed / HEADROOM, abs=0.01)
+    assert lifted.correction > relaxed + 0.25
+    assert lifted.last_learned is not None and "queueing" in lifted.last_learned
+    # A p95 of 5 ms would allow 95 %: at a quarter of the plan, only back to 1.
+    settled = minutes(0.005, 0.25, 0.35, n=400).correction
+    assert 0.99 < settled <= 1.0
+    quiet = minutes(0.005, 0.25, 1.0)
+    assert quiet.correction == 1.0 and quiet.last_learned is None
+    assert minutes(0.3, 0.25, 0.35).correction == pytest.approx(relaxed, abs=1e-3)
+    idle = minutes(0.05, 0.0, 0.35)  # no load: no reading at all
+    assert idle.correction == 0.35 and idle.last_learned is None
+
+
 def test_prefill_slack_never_loses_the_relaxation_it_overlaps() -> None:
     """A lowered estimate relaxes over the time since the last tick read; a tick whose slack
     allows a little more moves it at least as far as the relaxation would have (an hour
