@@ -173,9 +173,9 @@ class CapacityModel:
         raises the correction: lowering it is the misses' to do.
 
         Under :data:`MIN_SLACK_LOAD` of the uncorrected plan the p95 is mostly the prompts' own
-        service time, and the extrapolation, still a lower bound, allows little past the load
-        seen; a quiet pool's reading does not raise the plan over the profile's, but it does
-        lift a correction the misses lowered, at most back to 1. That is where such a pool
+        service time, which the extrapolation counts as waiting (still a lower bound, if a
+        loose one); a quiet pool's reading does not raise the plan over the profile's, but it
+        does lift a correction the misses lowered, at most back to 1. That is where such a pool
         runs: after a rise from a quiet stretch (ServeGen's), misses that the starting
         replicas explain took the correction to 0.3-0.4 within minutes, the pool that it
         sized carried its load at a quarter of the profile's plan with a p95 a tenth of the
@@ -184,7 +184,7 @@ class CapacityModel:
         nominal = self.nominal_per_replica()
         if latency_p95_s is None or not math.isfinite(latency_p95_s) or latency_p95_s <= 0 \
                 or latency_p95_s > SLACK_SHARE * self.slo_s or saturated <= 0 \
-                or nominal <= 0 or demand_per_replica <= 0:
+                or nominal <= 0 or not 0 < demand_per_replica < math.inf:
             return None
         rho = demand_per_replica / saturated
         if rho >= MAX_UTILISATION:
@@ -192,14 +192,17 @@ class CapacityModel:
         grow = SLACK_SHARE * self.slo_s / latency_p95_s * rho / (1.0 - rho)
         allowed = min(MAX_UTILISATION, grow / (1.0 + grow))
         target = min(self.max_correction, allowed * saturated / nominal)
-        if demand_per_replica < MIN_SLACK_LOAD * nominal:
+        quiet = demand_per_replica < MIN_SLACK_LOAD * nominal
+        if quiet:
             target = min(target, 1.0)
         if target < self.correction + 0.005:
             return None
         return target, (
             f"TTFT p95 {latency_p95_s:.3g}s at {rho:.0%} of the saturated throughput: "
             f"queueing (as rho/(1-rho)) keeps it within {SLACK_SHARE:.0%} of the SLO up to "
-            f"{allowed:.0%}: capacity correction towards {target:.2f}")
+            f"{allowed:.0%}: capacity correction towards {target:.2f}"
+            + (f" (at most the profile's under {MIN_SLACK_LOAD:.0%} of its plan)"
+               if quiet else ""))
 
     def _plan_share(self, running_per_replica: float | None) -> float | None:
         """Decode: the sequences a replica runs now, as a share of the plan's batch (with the
