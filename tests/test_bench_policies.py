@@ -36,3 +36,18 @@ def test_targets_read_pdscale_against_static_oracle_reactive_and_dynamo() -> Non
     # More than 1.10x the oracle's GPU-hours misses the cost target.
     rows[-1]["gpu_hours"] = 40.0
     assert not P.targets(rows)[0]["vs_oracle_ok"]
+
+
+def test_a_cost_ratio_that_rounds_onto_the_target_is_shown_as_a_miss() -> None:
+    """1.1004x the oracle's GPU-hours misses the 1.10x target: the table shows four decimals
+    there rather than a "1.10" next to "no"; ratios two decimals tell apart keep two."""
+    rows = _rows(static=(1.0, 60.0), oracle=(1.0, 2309.5), reactive=(0.98, 2988.0),
+                 dynamo=(0.95, 3222.0), pdscale=(0.9946, 2541.3))
+    (c,) = P.targets(rows)
+    assert not c["vs_oracle_ok"]
+    assert "| 1.1004 **no** |" in P._targets_table([c])
+    rows[-1]["gpu_hours"] = 2540.0  # 1.0998x: met, and shown as 1.10
+    (c,) = P.targets(rows)
+    assert c["vs_oracle_ok"] and "| 1.10 yes |" in P._targets_table([c])
+    rows[-1]["gpu_hours"] = 2700.0  # 1.17x: two decimals suffice
+    assert "| 1.17 **no** |" in P._targets_table(P.targets(rows))
