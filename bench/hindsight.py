@@ -46,7 +46,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from policies import RESULTS, SHARED, SPEC, TRACES  # noqa: E402
+from policies import RESULTS, SHARED, SPEC, TRACES, cost_ratio  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
@@ -193,7 +193,7 @@ def tables(rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
             + (f"{b['window_s']:g} s x{b['margin']:g}: {_pct(b['slo_attainment'])}"
                if b else "none") + " | "
             + (f"{_pct(p['slo_attainment'])}, {p['gpu_hours']:.2f} "
-               f"({p['gpu_hours'] / o:.2f}x)" if p and o else "n/a") + " |")
+               f"({cost_ratio(p['gpu_hours'] / o)}x)" if p and o else "n/a") + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -151,9 +151,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ratio(value: float, ok: bool) -> str:
-    """A ratio to the oracle's GPU-hours at two decimals, or four where two would round a
-    miss onto the target (1.1004 is not 1.10)."""
+def cost_ratio(value: float, ok: bool | None = None) -> str:
+    """A ratio to the oracle's GPU-hours at two decimals, or four where two would round it
+    across the target (1.1004 is not 1.10); ``ok`` defaults to the ratio's own verdict."""
+    ok = value <= ORACLE_FACTOR if ok is None else ok
     short = f"{value:.2f}"
     return short if (float(short) <= ORACLE_FACTOR) == ok else f"{value:.4f}"
 
@@ -170,7 +171,8 @@ def _targets_table(checks: list[dict[str, Any]]) -> str:
     for c in checks:
         lines.append(f"| {c['trace']} | {c['attainment']:.2%} of {c['attainment_target']:.2%} "
                      f"{mark(c['attainment_ok'])} | "
-                     f"{_ratio(c['vs_oracle_gpu'], c['vs_oracle_ok'])} {mark(c['vs_oracle_ok'])} | "
+                     f"{cost_ratio(c['vs_oracle_gpu'], c['vs_oracle_ok'])} "
+                     f"{mark(c['vs_oracle_ok'])} | "
                      f"{c['saving_vs_reactive']:.1%} {mark(c['vs_reactive_ok'])} | "
                      f"{mark(c['vs_dynamo_ok'])} |")
     return "\n".join(lines) + "\n"

@@ -51,3 +51,5 @@ def test_a_cost_ratio_that_rounds_onto_the_target_is_shown_as_a_miss() -> None:
     assert c["vs_oracle_ok"] and "| 1.10 yes |" in P._targets_table([c])
     rows[-1]["gpu_hours"] = 2700.0  # 1.17x: two decimals suffice
     assert "| 1.17 **no** |" in P._targets_table(P.targets(rows))
+    # Without a verdict (the hindsight table's pdscale column) the ratio's own is used.
+    assert [P.cost_ratio(x) for x in (1.1004, 1.0961, 1.17)] == ["1.1004", "1.10", "1.17"]
