@@ -55,6 +55,12 @@ TRACES: dict[str, dict[str, Any]] = {
 simulation mode, and the hours shown in the replicas plot (None: all)."""
 
 
+def shown(path: Path) -> Path:
+    """``path`` as the "wrote ..." lines show it: from the project root when it is under it
+    (an ``--out`` given as an absolute path writes elsewhere, and says where)."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def _run(trace: str, cold_start_s: float, policy: str, seed: int) -> dict[str, Any]:
     """One simulation (in a worker process): the summary row and, at 60 s, the series."""
     sys.path.insert(0, str(ROOT))
@@ -293,7 +299,7 @@ def main() -> int:
         f"## Every run\n{table}")
     plots = _plots(rows, series, RESULTS / args.out)
     for path in [RESULTS / f"{args.out}.json", RESULTS / f"{args.out}.md", *plots]:
-        print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
+        print(f"wrote {shown(path)}", file=sys.stderr)
     return 0
 
 

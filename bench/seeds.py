@@ -34,7 +34,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from policies import RESULTS, TRACES, _run, chosen_traces  # noqa: E402
+from policies import RESULTS, TRACES, _run, chosen_traces, shown  # noqa: E402
 
 Key = tuple[str, float, str]
 
@@ -175,7 +175,7 @@ def main() -> int:
                      for k, d in sorted(diff.items())]}, indent=2) + "\n")
     (RESULTS / f"{args.out}.md").write_text(f"# Seed spread\n\n`{command}`\n\n{text}")
     for path in (RESULTS / f"{args.out}.json", RESULTS / f"{args.out}.md"):
-        print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
+        print(f"wrote {shown(path)}", file=sys.stderr)
     return 0
 
 

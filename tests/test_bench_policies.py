@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import bench_module
@@ -53,3 +55,10 @@ def test_a_cost_ratio_that_rounds_onto_the_target_is_shown_as_a_miss() -> None:
     assert "| 1.17 **no** |" in P._targets_table(P.targets(rows))
     # Without a verdict (the hindsight table's pdscale column) the ratio's own is used.
     assert [P.cost_ratio(x) for x in (1.1004, 1.0961, 1.17)] == ["1.1004", "1.10", "1.17"]
+
+
+def test_a_results_path_outside_the_project_is_shown_whole(tmp_path: Path) -> None:
+    """``--out /tmp/x`` writes there (the results folder joined with an absolute path); the
+    "wrote" line used to raise ValueError after the files were written."""
+    assert P.shown(P.RESULTS / "seeds.json") == Path("bench/results/seeds.json")
+    assert P.shown(P.RESULTS / str(tmp_path / "s.json")) == tmp_path / "s.json"
