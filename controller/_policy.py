@@ -111,6 +111,8 @@ class PoolPolicyState:
     """(time, ready replicas) over the latency window."""
     running_seen: deque[tuple[float, float]] = field(default_factory=deque)
     """Decode: (data time, running sequences) over the rate window."""
+    queue_seen: float = 0.0
+    """The requests waiting at the pool's last decided tick."""
 
     def mean_ready(self, now_s: float, ready: int, window_s: float) -> float:
         """The ready replicas averaged over the latency window: the p95 of a window that
@@ -371,12 +373,13 @@ class PdscalePolicy:
                 self.forecasts.recent(key, now - 4 * window), now, window)
         cap = st.capacity
         spread, in_flight = (None, None) if prefill else st.running_swing(pool)
+        queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
         need = size(SizingInputs(
             role=key[1], demand=demand,
             forecast=forecast.sized_value if forecast is not None else None,
             forecast_note=fc_note, per_replica=per_replica, decode_batch=batch,
             running=pool.signals.get(Signal.RUNNING_REQUESTS),
-            queue=pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, latency_s=latency,
+            queue=queue, latency_s=latency,
             recent_latency_s=pool.signals.get(Signal.TTFT_P95_RECENT_S) if prefill else None,
             slo_s=cap.slo_s, backlogged=backlogged,
             per_request_tokens=(cap.mean_prompt_tokens if key[1] is Role.PREFILL
@@ -391,7 +394,8 @@ class PdscalePolicy:
             dispersion=_dispersion(pool, demand) if prefill else None,
             dispersion_window_s=DISPERSION_WINDOW_S,
             saturated_per_replica=cap.saturated_prefill() if prefill else 0.0,
-            running_spread=spread, running_mean=in_flight))
+            running_spread=spread, running_mean=in_flight, queue_before=st.queue_seen))
+        st.queue_seen = queue
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)

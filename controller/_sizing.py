@@ -12,9 +12,12 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    It remembers load, not a waiting queue, which drains within a minute; for prefill the load
    remembered is at least the peak one-minute demand within the rate window
    (``Signal.PROMPT_TOKENS_PEAK_PER_S``), which the 5-minute rate averages away.
-   Prefill also serves a burst's backlog: the tokens waiting at a tick within the TTFT SLO,
-   at the profile's capacity, at most doubling the ready replicas a decision (sub-minute
-   bursts leave queues that no per-minute rate shows); the burst hold then keeps the load.
+   Prefill also serves a burst's backlog: the tokens that joined the queue since the last
+   tick, within the TTFT SLO, at the profile's capacity, at most doubling the ready replicas
+   a decision (sub-minute bursts leave queues that no per-minute rate shows); the burst hold
+   then keeps the load. A queue still waiting from the last tick is not a new clump but
+   arrivals the ready replicas could not serve: an overload, which the reactive path sizes
+   with the lead and the drain time.
 3. Decode also holds its waiting sequences, up to as many as run (a larger backlog is the
    reactive path's, sized by its drain time).
 4. need = ceil(sized load / capacity per replica).
@@ -151,6 +154,9 @@ class SizingInputs:
     (:func:`running_spread`; None: too few readings)..."""
     running_mean: float | None = None
     """... and their mean over the same readings."""
+    queue_before: float = 0.0
+    """Prefill: the requests waiting at the pool's previous tick (0: none, or unread); the
+    burst need counts only what joined the queue since (:func:`_burst_need`)."""
 
 
 @dataclass(frozen=True)
@@ -220,14 +226,20 @@ def _reactive(x: SizingInputs) -> tuple[int, float]:
 
 
 def _burst_need(x: SizingInputs) -> tuple[int, float]:
-    """Prefill: (replicas that serve the backlog waiting now within the TTFT SLO, at most
-    twice the ready ones a decision; that backlog in tokens). A burst that arrives within a
-    second leaves a queue no per-minute rate shows; the queue seen at a tick measures it.
-    The bound keeps a backlog an under-sized pool piled up from asking for the pool's max at
-    once (measured: holding such backlogs tripled the GPU-hours on the Azure trace)."""
+    """Prefill: (replicas that serve the backlog that joined the queue since the last tick
+    within the TTFT SLO, at most twice the ready ones a decision; that backlog in tokens). A
+    burst that arrives within a second leaves a queue no per-minute rate shows; the queue's
+    growth over a tick measures it. What was already waiting at the last tick is not a clump
+    but arrivals the ready replicas could not serve, which the reactive path sizes (with the
+    lead and the drain time): read as a clump, ServeGen m-small's queue of 22k then 25.5k
+    requests at consecutive ticks (minute 17,051) asked for 22, 38 and then 40 replicas to
+    serve within 0.5 s a backlog the 19-20 ready drained before the next tick, where the
+    oracle ran 14-16. The bound keeps a backlog an under-sized pool piled up from asking for
+    the pool's max at once (measured: holding such backlogs tripled the GPU-hours on the
+    Azure trace)."""
     if x.role is not Role.PREFILL or x.nominal_per_replica <= 0:
         return 0, 0.0
-    backlog = x.queue * x.per_request_tokens
+    backlog = max(0.0, x.queue - x.queue_before) * x.per_request_tokens
     need = math.ceil(backlog / (x.nominal_per_replica * x.slo_s) - 1e-9)
     return min(need, 2 * max(x.ready, 1)), backlog
 
@@ -308,8 +320,9 @@ def size(x: SizingInputs) -> Need:
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
     set_by: Literal["load", "burst", "tail"] = "load"
     if burst_need > need:
-        reasons.append(f"burst: {burst_backlog:.4g} tokens waiting are served within the "
-                       f"{x.slo_s:g}s SLO by {burst_need} replicas (at most twice the ready)")
+        reasons.append(f"burst: {burst_backlog:.4g} tokens that joined the queue since the "
+                       f"last tick are served within the {x.slo_s:g}s SLO by {burst_need} "
+                       "replicas (at most twice the ready)")
         need, set_by = burst_need, "burst"
     tail = _tail_term(x, sized_for)
     tail_need = None
@@ -319,6 +332,7 @@ def size(x: SizingInputs) -> Need:
             reasons.append(tail[1](tail_need))
             need, set_by = tail_need, "tail"
     detail.update({"burst_backlog": burst_backlog, "burst_need": burst_need,
+                   "queue_before": x.queue_before if x.role is Role.PREFILL else None,
                    "dispersion": x.dispersion if x.role is Role.PREFILL else None,
                    "running_spread": x.running_spread if x.role is Role.DECODE else None,
                    "tail_need": tail_need, "need": need})
