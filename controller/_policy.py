@@ -112,7 +112,9 @@ class PoolPolicyState:
     running_seen: deque[tuple[float, float]] = field(default_factory=deque)
     """Decode: (data time, running sequences) over the rate window."""
     queue_seen: float = 0.0
-    """The requests waiting at the pool's last decided tick."""
+    """The requests waiting at the pool's last decided tick..."""
+    ready_seen_last: int = 0
+    """... and the replicas ready then."""
 
     def mean_ready(self, now_s: float, ready: int, window_s: float) -> float:
         """The ready replicas averaged over the latency window: the p95 of a window that
@@ -394,8 +396,9 @@ class PdscalePolicy:
             dispersion=_dispersion(pool, demand) if prefill else None,
             dispersion_window_s=DISPERSION_WINDOW_S,
             saturated_per_replica=cap.saturated_prefill() if prefill else 0.0,
-            running_spread=spread, running_mean=in_flight, queue_before=st.queue_seen))
-        st.queue_seen = queue
+            running_spread=spread, running_mean=in_flight, queue_before=st.queue_seen,
+            ready_before=st.ready_seen_last))
+        st.queue_seen, st.ready_seen_last = queue, r.ready
         history = st.history.remember_load(now, need.load, window)
         detail = {**need.detail, "prefix_cache_hit_ratio": hit}
         reasons = list(need.reasons)

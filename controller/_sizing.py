@@ -12,12 +12,13 @@ history) and stabilises the result (:mod:`controller._stabilise`).
    It remembers load, not a waiting queue, which drains within a minute; for prefill the load
    remembered is at least the peak one-minute demand within the rate window
    (``Signal.PROMPT_TOKENS_PEAK_PER_S``), which the 5-minute rate averages away.
-   Prefill also serves a burst's backlog: the tokens that joined the queue since the last
-   tick, within the TTFT SLO, at the profile's capacity, at most doubling the ready replicas
-   a decision (sub-minute bursts leave queues that no per-minute rate shows); the burst hold
-   then keeps the load. A queue still waiting from the last tick is not a new clump but
-   arrivals the ready replicas could not serve: an overload, which the reactive path sizes
-   with the lead and the drain time.
+   Prefill also serves a burst's backlog: the tokens waiting at a tick, within the TTFT SLO,
+   at the profile's capacity, at most doubling the ready replicas a decision (sub-minute
+   bursts leave queues that no per-minute rate shows); the burst hold then keeps the load.
+   Where the replicas ready at the last tick could not carry the busiest minute's demand at
+   the profile's plan, what still waits from that tick is an overload's pile-up, not a clump:
+   only what joined the queue since counts, and the reactive path sizes the pile-up with the
+   lead and the drain time.
 3. Decode also holds its waiting sequences, up to as many as run (a larger backlog is the
    reactive path's, sized by its drain time).
 4. need = ceil(sized load / capacity per replica).
@@ -155,8 +156,11 @@ class SizingInputs:
     running_mean: float | None = None
     """... and their mean over the same readings."""
     queue_before: float = 0.0
-    """Prefill: the requests waiting at the pool's previous tick (0: none, or unread); the
-    burst need counts only what joined the queue since (:func:`_burst_need`)."""
+    """Prefill: the requests waiting at the pool's previous tick (0: none, or unread)..."""
+    ready_before: int = 0
+    """... and the replicas ready then: where they could not carry the busiest minute's
+    demand at the profile's plan, the burst need counts only what joined the queue since
+    (:func:`_burst_need`)."""
 
 
 @dataclass(frozen=True)
@@ -225,21 +229,34 @@ def _reactive(x: SizingInputs) -> tuple[int, float]:
     return reactive, at_lead
 
 
+def _piled_up(x: SizingInputs) -> bool:
+    """Prefill: the replicas ready at the last tick could not carry the busiest minute's
+    demand (the peak minute, or the demand where higher) at the profile's plan, so what
+    waited then is an overload's pile-up (:func:`_burst_need`)."""
+    busiest = max(x.demand, x.peak if x.peak is not None and math.isfinite(x.peak) else 0.0)
+    return busiest > x.ready_before * x.nominal_per_replica
+
+
 def _burst_need(x: SizingInputs) -> tuple[int, float]:
-    """Prefill: (replicas that serve the backlog that joined the queue since the last tick
-    within the TTFT SLO, at most twice the ready ones a decision; that backlog in tokens). A
-    burst that arrives within a second leaves a queue no per-minute rate shows; the queue's
-    growth over a tick measures it. What was already waiting at the last tick is not a clump
-    but arrivals the ready replicas could not serve, which the reactive path sizes (with the
-    lead and the drain time): read as a clump, ServeGen m-small's queue of 22k then 25.5k
-    requests at consecutive ticks (minute 17,051) asked for 22, 38 and then 40 replicas to
-    serve within 0.5 s a backlog the 19-20 ready drained before the next tick, where the
-    oracle ran 14-16. The bound keeps a backlog an under-sized pool piled up from asking for
-    the pool's max at once (measured: holding such backlogs tripled the GPU-hours on the
-    Azure trace)."""
+    """Prefill: (replicas that serve the backlog within the TTFT SLO, at most twice the ready
+    ones a decision; that backlog in tokens). A burst that arrives within a second leaves a
+    queue no per-minute rate shows; the queue seen at a tick measures it. Where the replicas
+    ready at the last tick could not carry the busiest minute's demand at the profile's plan,
+    what was already waiting then is arrivals they could not serve, not a clump: only what
+    joined the queue since counts, and the reactive path sizes the rest (with the lead and
+    the drain time). Read as a clump, ServeGen m-small's queues of 17k and 22k requests at
+    consecutive ticks (minute 17,051, 11 ready at 0.8 of the busiest minute) asked for 22
+    replicas a tick before the starting ones were ready, where the oracle ran 14-16. Where
+    the ready replicas could carry it, the whole queue counts: on the Azure trace's start-up
+    a queue of 100 then 130 prompts at 9-10 ready replicas with the busiest minute at two
+    thirds of their plan was clumps, and sizing only its growth cost one seed at 30 s 1.5
+    points. The bound keeps a backlog an under-sized pool piled up from asking for the
+    pool's max at once (measured: holding such backlogs tripled the GPU-hours on the Azure
+    trace)."""
     if x.role is not Role.PREFILL or x.nominal_per_replica <= 0:
         return 0, 0.0
-    backlog = max(0.0, x.queue - x.queue_before) * x.per_request_tokens
+    waiting = max(0.0, x.queue - x.queue_before) if _piled_up(x) else x.queue
+    backlog = waiting * x.per_request_tokens
     need = math.ceil(backlog / (x.nominal_per_replica * x.slo_s) - 1e-9)
     return min(need, 2 * max(x.ready, 1)), backlog
 
@@ -320,9 +337,13 @@ def size(x: SizingInputs) -> Need:
                f"{x.correction:.2f}), lead {x.lead_s:.0f}s -> need {need}"]
     set_by: Literal["load", "burst", "tail"] = "load"
     if burst_need > need:
-        reasons.append(f"burst: {burst_backlog:.4g} tokens that joined the queue since the "
-                       f"last tick are served within the {x.slo_s:g}s SLO by {burst_need} "
-                       "replicas (at most twice the ready)")
+        joined = _piled_up(x) and x.queue_before > 0
+        reasons.append(f"burst: {burst_backlog:.4g} tokens "
+                       + ("that joined the queue since the last tick (the replicas ready "
+                          "then could not carry the busiest minute: the rest is the reactive "
+                          "path's)" if joined else "waiting")
+                       + f" are served within the {x.slo_s:g}s SLO by {burst_need} replicas "
+                       "(at most twice the ready)")
         need, set_by = burst_need, "burst"
     tail = _tail_term(x, sized_for)
     tail_need = None

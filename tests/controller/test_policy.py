@@ -91,18 +91,24 @@ def test_reactive_path_drains_the_backlog_not_plus_one() -> None:
     assert any(r.startswith("reactive:") for r in out[KEY_P].reasons)
 
 
-def test_the_burst_need_reads_what_joined_the_queue_since_the_pool_s_last_tick() -> None:
-    """The policy carries each pool's queue to its next tick: a queue still waiting there is
-    the reactive path's backlog, and only its growth is a clump served within the SLO."""
-    policy = _policy()
-    first = policy.decide(_obs(0, ttft=2.0, queue=400.0, ready=(2, 2)))[KEY_P]
-    assert first.detail["queue_before"] == 0.0 and first.detail["burst_need"] == 4  # 2 x 2 ready
-    again = policy.decide(_obs(15, ttft=2.0, queue=410.0, ready=(2, 2)))[KEY_P]
-    assert again.detail["queue_before"] == 400.0
-    assert again.detail["burst_backlog"] == pytest.approx(
-        10 * policy.state[KEY_P].capacity.mean_prompt_tokens)
-    assert again.detail["reactive"] >= 3  # the whole queue is still the reactive path's
-    assert policy.state[KEY_P].queue_seen == 410.0
+def test_the_burst_need_carries_the_queue_and_the_ready_replicas_to_the_next_tick() -> None:
+    """The policy carries each pool's queue and ready replicas to its next tick: a queue the
+    ready replicas piled up (the load over their plan) is the reactive path's backlog, and
+    only its growth is a clump served within the SLO; under their plan it is all clumps."""
+    for prompt, piled in ((400_000.0, True), (20_000.0, False)):
+        policy = _policy()
+        first = policy.decide(_obs(0, prompt=prompt, ttft=2.0, queue=400.0, ready=(2, 2)))
+        plan = 2 * policy.state[KEY_P].capacity.nominal_per_replica()
+        assert (prompt > plan) is piled  # the premise
+        assert first[KEY_P].detail["queue_before"] == 0.0
+        again = policy.decide(_obs(15, prompt=prompt, ttft=2.0, queue=410.0, ready=(2, 2)))
+        tokens = policy.state[KEY_P].capacity.mean_prompt_tokens
+        assert again[KEY_P].detail["queue_before"] == 400.0
+        assert again[KEY_P].detail["burst_backlog"] == pytest.approx(
+            (10 if piled else 410) * tokens)
+        assert again[KEY_P].detail["reactive"] >= 3  # the whole queue is the reactive path's
+        assert policy.state[KEY_P].queue_seen == 410.0
+        assert policy.state[KEY_P].ready_seen_last == 2
 
 
 def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_clear(

@@ -198,8 +198,7 @@ def test_the_reactive_path_drains_the_backlog_within_drain_time() -> None:
     # ... while serving that burst within the 0.5 s SLO would take 240: at most twice the
     # ready replicas a decision.
     assert miss.need == 6 and miss.replicas == 6 and miss.detail["burst_need"] == 6
-    assert any(r.startswith("burst: 1.2e+06 tokens that joined the queue since the last tick")
-               for r in miss.reasons)
+    assert any(r.startswith("burst: 1.2e+06 tokens waiting") for r in miss.reasons)
     assert size(replace(BASE, queue=2.0)).need == 3  # a small queue fits the ready ones
     assert size(replace(BASE, role=Role.DECODE, queue=800.0)).detail["burst_need"] == 0
     assert any(r.startswith("reactive: ttft_p95_s 2s") for r in miss.reasons)
@@ -207,26 +206,37 @@ def test_the_reactive_path_drains_the_backlog_within_drain_time() -> None:
     assert size(replace(BASE, latency_s=None)).reactive == 0  # blamed elsewhere, or missing
 
 
-def test_the_burst_need_reads_what_joined_the_queue_not_what_still_waits() -> None:
-    """A queue still waiting from the last tick is an overload the reactive path sizes (with
-    the lead and the drain), not a clump to serve within the SLO: read as one, ServeGen
-    m-small's consecutive queues of 22k and 25.5k asked for 38 then 40 replicas where 19-20
-    ready drained them before the next tick."""
-    piled = replace(BASE, latency_s=2.0, queue=800.0, queue_before=700.0)
+def test_the_burst_need_reads_only_what_joined_a_queue_the_ready_replicas_piled_up() -> None:
+    """Where the replicas ready at the last tick could not carry the busiest minute at the
+    profile's plan, the queue still waiting from then is an overload's pile-up the reactive
+    path sizes (lead and drain), not a clump to serve within the SLO: read as one, ServeGen
+    m-small's consecutive queues asked for 22 replicas where the oracle ran 14-16. Where they
+    could carry it, the whole queue is clumps (Azure's start-up) and counts."""
+    # 30k/s against 2 ready x 10k/s at the last tick: piled up.
+    piled = replace(BASE, latency_s=2.0, queue=800.0, queue_before=700.0, ready_before=2)
     got = size(piled)
     # 100 new prompts x 1,500 tokens = 150k tokens within 0.5 s at 10k/s a replica: 30, at
     # most twice the 3 ready.
     assert got.detail["burst_backlog"] == pytest.approx(150_000.0)
-    assert got.detail["burst_need"] == 6 and got.burst
-    assert got.detail["queue_before"] == 700.0
-    small = size(replace(BASE, latency_s=2.0, queue=800.0, queue_before=799.0))
+    assert got.detail["burst_need"] == 6 and got.burst and got.detail["queue_before"] == 700.0
+    assert any("joined the queue since the last tick" in r for r in got.reasons)
+    nearly = replace(piled, queue_before=799.0)
+    small = size(nearly)
     assert small.detail["burst_backlog"] == pytest.approx(1_500.0)
     assert small.detail["burst_need"] == 1
     # ... while the reactive path still sizes the whole backlog.
     assert small.reactive == size(replace(BASE, latency_s=2.0, queue=800.0)).reactive == 5
     assert small.need == 3 and small.replicas == 5 and not small.burst
-    # A queue that shrank adds nothing; decode has no burst need.
-    assert size(replace(BASE, queue=10.0, queue_before=50.0)).detail["burst_need"] == 0
+    # The busiest minute decides, where it is over the demand.
+    assert size(replace(nearly, ready_before=3)).detail["burst_backlog"] == 1.2e6
+    assert size(replace(nearly, ready_before=3, peak=31_000.0)).detail["burst_need"] == 1
+    # Ready replicas that carried it: the whole queue is clumps, as before.
+    carried = size(replace(piled, ready_before=3))
+    assert carried.detail["burst_backlog"] == pytest.approx(1.2e6)
+    assert any(r.startswith("burst: 1.2e+06 tokens waiting") for r in carried.reasons)
+    # A queue that shrank adds nothing.
+    assert size(replace(BASE, queue=10.0, queue_before=50.0,
+                        ready_before=1)).detail["burst_need"] == 0
 
 
 def test_a_burst_is_sized_in_one_decision_over_the_lead() -> None:
