@@ -353,6 +353,9 @@ class PdscalePolicy:
         demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
         hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if demand is None:
+            # The next tick reads its whole queue, as after a restart: what was seen before
+            # this tick is no longer the last tick's.
+            st.queue_seen, st.ready_seen_last = 0.0, 0
             return self._degraded(key, pool)
         computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
         if key[1] is Role.PREFILL and computed is not None:

@@ -338,10 +338,11 @@ def size(x: SizingInputs) -> Need:
     set_by: Literal["load", "burst", "tail"] = "load"
     if burst_need > need:
         joined = _piled_up(x) and x.queue_before > 0
+        rest = ": the rest is the reactive path's" if _over(x) or x.backlogged else ""
         reasons.append(f"burst: {burst_backlog:.4g} tokens "
                        + ("that joined the queue since the last tick (the replicas ready "
-                          "then could not carry the busiest minute: the rest is the reactive "
-                          "path's)" if joined else "waiting")
+                          f"then could not carry the busiest minute{rest})" if joined
+                          else "waiting")
                        + f" are served within the {x.slo_s:g}s SLO by {burst_need} replicas "
                        "(at most twice the ready)")
         need, set_by = burst_need, "burst"

@@ -109,6 +109,11 @@ def test_the_burst_need_carries_the_queue_and_the_ready_replicas_to_the_next_tic
         assert again[KEY_P].detail["reactive"] >= 3  # the whole queue is the reactive path's
         assert policy.state[KEY_P].queue_seen == 410.0
         assert policy.state[KEY_P].ready_seen_last == 2
+        # A degraded tick forgets them: the tick after reads its whole queue, as at a start.
+        policy.decide(_obs(30, prompt=None, ttft=2.0, queue=420.0, ready=(2, 2)))
+        after = policy.decide(_obs(45, prompt=prompt, ttft=2.0, queue=430.0, ready=(2, 2)))
+        assert after[KEY_P].detail["queue_before"] == 0.0
+        assert after[KEY_P].detail["burst_backlog"] == pytest.approx(430 * tokens)
 
 
 def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_clear(

@@ -219,7 +219,12 @@ def test_the_burst_need_reads_only_what_joined_a_queue_the_ready_replicas_piled_
     # most twice the 3 ready.
     assert got.detail["burst_backlog"] == pytest.approx(150_000.0)
     assert got.detail["burst_need"] == 6 and got.burst and got.detail["queue_before"] == 700.0
-    assert any("joined the queue since the last tick" in r for r in got.reasons)
+    assert any("joined the queue since the last tick" in r and "reactive path's" in r
+               for r in got.reasons)
+    # Within the SLO and no backlog, the reactive path does not fire, and no reason says so.
+    quiet = size(replace(piled, latency_s=0.1))
+    assert quiet.reactive == 0
+    assert not any("reactive path's" in r for r in quiet.reasons)
     nearly = replace(piled, queue_before=799.0)
     small = size(nearly)
     assert small.detail["burst_backlog"] == pytest.approx(1_500.0)
