@@ -46,7 +46,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from policies import ORACLE_FACTOR, RESULTS, SHARED, SPEC, TRACES, cost_ratio  # noqa: E402
+from policies import (  # noqa: E402
+    ORACLE_FACTOR,
+    RESULTS,
+    SHARED,
+    SPEC,
+    TRACES,
+    cost_ratio,
+    shown,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -310,9 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.cold_starts} --windows {args.windows} --margins {args.margins}`, seed "
             f"{args.seed}; oracle and pdscale from {args.reference.name}"
             + (f"; runs reused from {args.reuse}" if args.reuse else "") + ".\n\n")
-    ref = args.reference.resolve()
-    shown = ref.relative_to(ROOT) if ref.is_relative_to(ROOT) else ref
-    payload = {"runs": rows, "summary": summary, "reference": str(shown),
+    payload = {"runs": rows, "summary": summary, "reference": str(shown(args.reference.resolve())),
                "python": platform.python_version(),
                "wall_s": (earlier["wall_s"] if args.reuse is not None
                           else round(time.perf_counter() - started, 1))}
