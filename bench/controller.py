@@ -395,7 +395,8 @@ def main() -> int:
     parser.add_argument("--out", default=None,
                         help="results under bench/results/<out>.json (default: controller, or "
                         "controller-memory with --source memory); another name keeps a trial "
-                        "run from replacing the recorded one")
+                        "run from replacing the recorded one; an absolute path writes "
+                        "<out>.json there")
     args = parser.parse_args()
     if args.source == "prometheus" and shutil.which("prometheus") is None:
         print("bench/controller.py needs the prometheus binary: run scripts/system-deps.sh",
@@ -432,7 +433,8 @@ def main() -> int:
     name = args.out or ("controller" if args.source == "prometheus" else "controller-memory")
     out = ROOT / "bench" / "results" / f"{name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}",
+          file=sys.stderr)
     return 0
 
 
