@@ -286,6 +286,11 @@ class PdscalePolicy:
             value = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
             if usable_length(value):
                 prompt_len.setdefault(key[0], value)
+        for key, st in self.state.items():
+            if key not in observation.pools:
+                # Not decided this tick: the next tick that decides it reads its whole queue
+                # (what was seen before is no longer the last tick's), as after a degraded one.
+                st.queue_seen, st.ready_seen_last = 0.0, 0
         return {key: self._decide_pool(key, pool, observation.now_s, _Context(
                     key[0] in decode_backlog, prompt_len.get(key[0])))
                 for key, pool in observation.pools.items() if key in self.state}

@@ -114,6 +114,15 @@ def test_the_burst_need_carries_the_queue_and_the_ready_replicas_to_the_next_tic
         after = policy.decide(_obs(45, prompt=prompt, ttft=2.0, queue=430.0, ready=(2, 2)))
         assert after[KEY_P].detail["queue_before"] == 0.0
         assert after[KEY_P].detail["burst_backlog"] == pytest.approx(430 * tokens)
+        # So does a tick the pool is missing from (a source that lost it): not decided, its
+        # carried queue is no longer the last tick's.
+        assert policy.state[KEY_P].queue_seen == 430.0
+        full = _obs(60, prompt=prompt, ttft=2.0, queue=440.0, ready=(2, 2))
+        out = policy.decide(Observation(60, {KEY_D: full.pools[KEY_D]}))
+        assert KEY_P not in out and policy.state[KEY_P].queue_seen == 0.0
+        back = policy.decide(_obs(75, prompt=prompt, ttft=2.0, queue=450.0, ready=(2, 2)))
+        assert back[KEY_P].detail["queue_before"] == 0.0
+        assert back[KEY_P].detail["burst_backlog"] == pytest.approx(450 * tokens)
 
 
 def test_a_prefill_queue_is_a_backlog_only_when_it_takes_a_share_of_the_slo_to_clear(
