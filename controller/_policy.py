@@ -89,6 +89,11 @@ class ColdStartTracker:
                 still.append((asked_at, target))
         self._pending = still
 
+    def forget_pending(self) -> None:
+        """Drop the scale-ups still waiting to be ready: the pool went unobserved, so when
+        they became ready is unknown (timed on its return, the gap would count as start-up)."""
+        self._pending = []
+
     def cancel_above(self, target: int) -> None:
         self._pending = [(t, n) for t, n in self._pending if n <= target]
 
@@ -289,8 +294,10 @@ class PdscalePolicy:
         for key, st in self.state.items():
             if key not in observation.pools:
                 # Not decided this tick: the next tick that decides it reads its whole queue
-                # (what was seen before is no longer the last tick's), as after a degraded one.
+                # (what was seen before is no longer the last tick's), as after a degraded one,
+                # and its pending scale-ups are not timed (when they became ready is unseen).
                 st.queue_seen, st.ready_seen_last = 0.0, 0
+                st.cold_start.forget_pending()
         return {key: self._decide_pool(key, pool, observation.now_s, _Context(
                     key[0] in decode_backlog, prompt_len.get(key[0])))
                 for key, pool in observation.pools.items() if key in self.state}

@@ -120,6 +120,7 @@ def test_the_burst_need_carries_the_queue_and_the_ready_replicas_to_the_next_tic
         full = _obs(60, prompt=prompt, ttft=2.0, queue=440.0, ready=(2, 2))
         out = policy.decide(Observation(60, {KEY_D: full.pools[KEY_D]}))
         assert KEY_P not in out and policy.state[KEY_P].queue_seen == 0.0
+        assert policy.state[KEY_P].ready_seen_last == 0
         back = policy.decide(_obs(75, prompt=prompt, ttft=2.0, queue=450.0, ready=(2, 2)))
         assert back[KEY_P].detail["queue_before"] == 0.0
         assert back[KEY_P].detail["burst_backlog"] == pytest.approx(450 * tokens)
@@ -830,6 +831,20 @@ def test_cold_start_p90_is_learned() -> None:
         tracker.observe(start + delay - 1, 2)
         tracker.observe(start + delay, 3)
     assert tracker.p90_s == pytest.approx(127, abs=1)
+
+
+def test_a_scale_up_is_not_timed_across_ticks_its_pool_went_unobserved() -> None:
+    """A pool missing from an observation for a while: when its pending scale-up became ready
+    is unknown, so its return does not record the gap as a cold start."""
+    for missing, samples in ((False, [600.0]), (True, [])):
+        policy = _policy()
+        policy.decide(_obs(0, ready=(1, 2)))
+        policy.state[KEY_P].cold_start.asked(0, 2)
+        if missing:
+            only_decode = _obs(15, ready=(1, 2))
+            policy.decide(Observation(15, {KEY_D: only_decode.pools[KEY_D]}))
+        policy.decide(_obs(600, ready=(2, 2)))
+        assert list(policy.state[KEY_P].cold_start.samples) == samples
 
 
 @settings(max_examples=60, deadline=None)
