@@ -403,6 +403,7 @@ class PdscalePolicy:
                                 else cap.mean_output_tokens),
             ready=r.ready, starting=r.starting, max_replicas=r.max_replicas,
             hold=st.history.hold(now, window),
+            hold_ceiling=forecast.ceiling if forecast is not None else None,
             peak=peak,
             nominal_per_replica=cap.nominal_per_replica(),
             hold_half_life_s=st.history.half_life_s(now, window) if window > 0 else 0.0,

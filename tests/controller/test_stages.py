@@ -29,6 +29,7 @@ BASE = SizingInputs(role=Role.PREFILL, demand=30_000.0, forecast=None, forecast_
                     per_replica=10_000.0, decode_batch=64, running=None, queue=0.0,
                     latency_s=0.2, recent_latency_s=None, slo_s=0.5, backlogged=False,
                     per_request_tokens=1500.0, ready=3, starting=0, max_replicas=40, hold=0.0,
+                    hold_ceiling=None,
                     peak=None, hold_half_life_s=300.0,
                     nominal_per_replica=10_000.0,
                     drain_s=60.0, lead_s=75.0, quantile=0.9, correction=1.0,
@@ -53,6 +54,26 @@ def test_the_burst_hold_sizes_the_pool_but_not_when_off() -> None:
     assert size(replace(BASE, hold=80_000.0, hold_half_life_s=0.0)).need == 3
     # What is remembered is the load, not the hold: the hold decays on its own.
     assert held.load == 30_000.0
+
+
+def test_the_burst_hold_is_kept_to_the_forecast_ceiling_where_there_is_one() -> None:
+    """Where the forecaster has a day of history, the hold is kept to the highest demand it
+    gives over the next ten minutes; the demand now and the peak minute still count above it,
+    and without a ceiling (less history) or with the hold off, nothing changes."""
+    held = size(replace(BASE, hold=80_000.0, hold_ceiling=50_000.0))
+    assert held.need == 5 and held.detail["burst_hold"] == 50_000.0
+    assert held.detail["hold_uncapped"] == 80_000.0 and held.detail["hold_ceiling"] == 50_000.0
+    assert any("burst hold 8e+04/s kept to the forecast's highest over the next 10 minutes at "
+               "q0.9, 5e+04/s" in r for r in held.reasons)
+    assert held.load == 30_000.0  # what is remembered is unchanged: the hold is not cut
+    assert size(replace(BASE, hold=80_000.0, hold_ceiling=None)).need == 8
+    assert size(replace(BASE, hold=40_000.0, hold_ceiling=50_000.0)).need == 4  # under it
+    below = size(replace(BASE, hold=80_000.0, hold_ceiling=10_000.0, peak=60_000.0))
+    assert below.need == 6 and below.detail["burst_hold"] == 60_000.0  # the peak minute counts
+    now = size(replace(BASE, demand=70_000.0, hold=80_000.0, hold_ceiling=10_000.0))
+    assert now.need == 7  # so does the demand now
+    off = size(replace(BASE, hold=80_000.0, hold_ceiling=10_000.0, hold_half_life_s=0.0))
+    assert off.need == 3 and off.detail["hold_uncapped"] is None
 
 
 def test_the_burst_hold_remembers_the_peak_minute() -> None:
@@ -356,6 +377,31 @@ def _feed(stage: ForecastStage, minutes: int, start: float = 0.0) -> None:
     for i in range(minutes * 4):  # a tick every 15 s
         t = start + 15.0 * i
         stage.observe(KEY, t, 10_000.0 + 2_000.0 * math.sin(t / 3600))
+
+
+def test_a_forecaster_with_a_day_of_history_gives_the_hold_its_ceiling() -> None:
+    """Under a day of history there is no ceiling; from a day on, the forecast carries the
+    highest sized quantile up to the longest trained horizon (ten minutes), while its horizons
+    and quantiles stay those of the lead."""
+    stage = _stage()
+    _feed(stage, 23 * 60)
+    stage.refit(KEY, 23 * 3600.0)
+    short = stage.forecast(KEY, 23 * 3600.0, 150.0)
+    assert isinstance(short, PoolForecast) and short.ceiling is None
+    assert short.as_dict()["ceiling"] is None
+    _feed(stage, 70, start=23 * 3600.0)
+    now = 23 * 3600.0 + 70 * 60.0
+    stage.refit(KEY, now)
+    stage.refresh_forecast(KEY, now)  # what the worker does after a refit
+    got = stage.forecast(KEY, now, 150.0)
+    assert isinstance(got, PoolForecast) and got.horizons_s == (60.0, 120.0, 180.0)
+    fc = stage.forecasters[KEY]
+    table = fc.forecast(np.arange(60.0, 660.0, 60.0))
+    assert got.ceiling == pytest.approx(float(np.max(table[:, -1])))
+    assert got.ceiling_horizon_s == 600.0 and got.as_dict()["ceiling"] == got.ceiling
+    assert got.quantiles[0.9] == pytest.approx(tuple(table[:3, -1]))  # the lead's, unchanged
+    longer = stage._compute(KEY, fc, now, 900.0)  # a lead past ten minutes: the ceiling's own
+    assert longer.horizons_s[-1] == 900.0 and longer.ceiling == pytest.approx(got.ceiling)
 
 
 def test_no_forecast_until_there_is_history_and_a_fit() -> None:
