@@ -142,10 +142,10 @@ class ForecastStage:
         trained = tuple(float(h) for h in getattr(fc.model, "horizons_s", HORIZONS_S))
         # Where the model has seen a day, the same call also reads the sized quantile up to
         # the longest trained horizon: the ceiling of the burst hold.
-        upto = np.arange(step, max(trained) + step, step) \
-            if fc.span_s >= CEILING_HISTORY_S else horizons[:0]
-        table = fc.forecast(upto if len(upto) > len(horizons) else horizons)
-        ceiling = float(np.max(table[:len(upto), -1])) if len(upto) else None
+        seasoned = fc.span_s >= CEILING_HISTORY_S
+        upto = np.arange(step, max(trained) + step, step)
+        table = fc.forecast(upto if seasoned and len(upto) > len(horizons) else horizons)
+        ceiling = float(np.max(table[:len(upto), -1])) if seasoned else None
         table = table[:len(horizons)]
         out = PoolForecast(
             at_s=now_s, horizons_s=tuple(float(h) for h in horizons),

@@ -121,6 +121,11 @@ class PoolPolicyState:
     ready_seen_last: int = 0
     """... and the replicas ready then."""
 
+    def forget_last_tick(self) -> None:
+        """The pool's next decided tick reads its whole queue, as after a restart: what was
+        seen before this tick (degraded, or the pool unobserved) is no longer the last tick's."""
+        self.queue_seen, self.ready_seen_last = 0.0, 0
+
     def mean_ready(self, now_s: float, ready: int, window_s: float) -> float:
         """The ready replicas averaged over the latency window: the p95 of a window that
         straddles a scale-up still carries the smaller pool's latency, so the load it is
@@ -293,10 +298,9 @@ class PdscalePolicy:
                 prompt_len.setdefault(key[0], value)
         for key, st in self.state.items():
             if key not in observation.pools:
-                # Not decided this tick: the next tick that decides it reads its whole queue
-                # (what was seen before is no longer the last tick's), as after a degraded one,
-                # and its pending scale-ups are not timed (when they became ready is unseen).
-                st.queue_seen, st.ready_seen_last = 0.0, 0
+                # Not decided this tick: its pending scale-ups are not timed either (when they
+                # became ready is unseen).
+                st.forget_last_tick()
                 st.cold_start.forget_pending()
         return {key: self._decide_pool(key, pool, observation.now_s, _Context(
                     key[0] in decode_backlog, prompt_len.get(key[0])))
@@ -365,9 +369,7 @@ class PdscalePolicy:
         demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
         hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if demand is None:
-            # The next tick reads its whole queue, as after a restart: what was seen before
-            # this tick is no longer the last tick's.
-            st.queue_seen, st.ready_seen_last = 0.0, 0
+            st.forget_last_tick()
             return self._degraded(key, pool)
         computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
         if key[1] is Role.PREFILL and computed is not None:

@@ -326,10 +326,10 @@ def size(x: SizingInputs) -> Need:
     peak = x.peak if x.peak is not None and x.hold_half_life_s > 0 else 0.0
     remembered = max(load, peak)
     held = x.hold
-    capped = x.hold_ceiling is not None and x.hold_half_life_s > 0 \
-        and x.hold > max(x.hold_ceiling, remembered)
-    if capped and x.hold_ceiling is not None:
+    if x.hold_ceiling is not None and x.hold_half_life_s > 0 \
+            and x.hold > max(x.hold_ceiling, remembered):
         held = x.hold_ceiling
+    capped = held != x.hold
     hold = max(held, remembered) if x.hold_half_life_s > 0 else 0.0
     sized_for = max(load, hold, waiting)
     need = math.ceil(sized_for / x.per_replica) if x.per_replica > 0 else x.max_replicas
