@@ -3,12 +3,6 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY pdscale ./pdscale
-COPY telemetry ./telemetry
-COPY forecasting ./forecasting
-COPY controller ./controller
-COPY alerts ./alerts
-COPY dashboards ./dashboards
-COPY simulator ./simulator
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

@@ -68,7 +68,7 @@ def _wait_scraped(url: str, series: int, timeout_s: float = 60.0) -> None:
     import urllib.parse
     import urllib.request
 
-    from telemetry import Signal, recorded_name
+    from pdscale.telemetry import Signal, recorded_name
 
     query = urllib.parse.quote(f"count({recorded_name(Signal.SAMPLE_AGE_S)})")
     deadline = time.monotonic() + timeout_s
@@ -98,8 +98,8 @@ def _signal_values() -> dict[Any, float]:
     """Every signal the policy reads, with a plausible steady value (the exporter's and the
     in-memory world's). A signal the policy reads and this table lacks is an error here, not
     a benchmark of a controller that reads nothing (the catalog grows)."""
-    from controller._cluster import POLICY_SIGNALS
-    from telemetry import Signal
+    from pdscale.controller._cluster import POLICY_SIGNALS
+    from pdscale.telemetry import Signal
 
     values = {Signal.PROMPT_TOKENS_PER_S: 150_000.0, Signal.GENERATION_TOKENS_PER_S: 20_000.0,
               Signal.PREFIX_CACHE_HIT_RATIO: 0.3, Signal.TTFT_P95_S: 0.3,
@@ -115,9 +115,9 @@ def _signal_values() -> dict[Any, float]:
 
 
 def _exporter(spec: Any) -> tuple[ThreadingHTTPServer, int]:
-    from controller._cluster import HEALTH_SIGNALS, POLICY_SIGNALS
+    from pdscale.controller._cluster import HEALTH_SIGNALS, POLICY_SIGNALS
     from pdscale.spec import Role
-    from telemetry import Signal, recorded_name
+    from pdscale.telemetry import Signal, recorded_name
 
     values = {sig.value: v for sig, v in _signal_values().items()}
     # The health series: every pool's one target up, its newest sample fresh (the data
@@ -191,8 +191,8 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
              profile: bool = False) -> dict[str, Any]:
     from kubernetes import client as k8s
 
-    from controller._reconciler import SystemClock
-    from controller._runtime import Controller, reader_from_spec
+    from pdscale.controller._reconciler import SystemClock
+    from pdscale.controller._runtime import Controller, reader_from_spec
     from pdscale.spec import parse_spec
     from tests.conftest import free_port
     from tests.e2e.prom import prometheus
@@ -288,8 +288,8 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
 
 def _memory_world(spec: Any, now: float) -> Any:
     """An in-process source and actuator for every pool of ``spec`` (the exporter's values)."""
-    from controller import Observation, PoolObservation, PoolReplicas, SourceResult
-    from telemetry import Signal
+    from pdscale.controller import Observation, PoolObservation, PoolReplicas, SourceResult
+    from pdscale.telemetry import Signal
 
     values = {**_signal_values(), Signal.MEAN_PROMPT_TOKENS: 2500.0,
               Signal.MEAN_OUTPUT_TOKENS: 333.0}
@@ -312,9 +312,9 @@ def _memory_world(spec: Any, now: float) -> Any:
 def run_memory_case(pools: int, ticks: int, history_h: float) -> dict[str, Any]:
     """The controller's own tick, refits and memory without Prometheus or Kubernetes."""
 
-    from controller import Constraints, Reconciler, build_forecasts, build_policy
+    from pdscale.controller import Constraints, Reconciler, build_forecasts, build_policy
     from pdscale.spec import parse_spec
-    from telemetry import ControllerTelemetry
+    from pdscale.telemetry import ControllerTelemetry
 
     spec = parse_spec(_spec_text(pools // 2))
     forecasts = build_forecasts(spec)

@@ -40,11 +40,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller._drain import Drainer  # noqa: E402
+from pdscale.controller._drain import Drainer  # noqa: E402
+from pdscale.simulator._replay import ReplayOptions, ReplayResult, replay, vocabulary_from_model  # noqa: E402
+from pdscale.simulator._stack import DynamoStack  # noqa: E402
+from pdscale.simulator._trace import Trace  # noqa: E402
 from pdscale.spec import Engine, Role, load_spec  # noqa: E402
-from simulator._replay import ReplayOptions, ReplayResult, replay, vocabulary_from_model  # noqa: E402
-from simulator._stack import DynamoStack  # noqa: E402
-from simulator._trace import Trace  # noqa: E402
 
 MODES = {"drain": None, "k8s-5s": 5.0, "k8s-30s": 30.0}
 """Mode -> SIGKILL grace of the baseline (None: pdscale's drain)."""

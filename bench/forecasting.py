@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TRACES = Path(os.environ.get("PDSCALE_TRACES", ROOT.parent / "shared" / "traces"))
 
-from forecasting import (  # noqa: E402
+from pdscale.forecasting import (  # noqa: E402
     LastValue,
     QuantileGBForecaster,
     backtest,
@@ -83,7 +83,7 @@ def aggregate_10m(model: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def per_minute(model: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    from simulator._servegen import load_servegen
+    from pdscale.simulator._servegen import load_servegen
 
     path = TRACES / f"servegen_{model}_client_rates.csv.gz"
     counts = np.zeros(14 * 1440)
@@ -96,7 +96,7 @@ def per_minute(model: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def request_trace(name: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-minute request rate of a one-hour request trace."""
-    from simulator._trace import load_trace
+    from pdscale.simulator._trace import load_trace
 
     trace = load_trace(TRACES / name)
     minutes = (trace.arrival_s // 60).astype(np.int64)

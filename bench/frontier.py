@@ -64,10 +64,10 @@ def _label(setting: dict[str, float]) -> str:
 def _run(trace: str, policy: str, setting: dict[str, float], seed: int) -> dict[str, Any]:
     """One simulation in a worker process."""
     sys.path.insert(0, str(ROOT))
-    from controller import Policy
+    from pdscale.controller import Policy
+    from pdscale.simulator import DynamoPolicy, ReactivePolicy, SimOptions, simulate
+    from pdscale.simulator._simulate import prepare
     from pdscale.spec import load_spec
-    from simulator import DynamoPolicy, ReactivePolicy, SimOptions, simulate
-    from simulator._simulate import prepare
 
     t = TRACES[trace]
     spec = load_spec(SPEC)

@@ -25,8 +25,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from alerts import alert_files  # noqa: E402
-from dashboards import dashboard_files  # noqa: E402
+from pdscale.alerts import alert_files  # noqa: E402
+from pdscale.dashboards import dashboard_files  # noqa: E402
 from pdscale.spec import parse_spec  # noqa: E402
 
 

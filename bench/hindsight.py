@@ -58,9 +58,9 @@ from policies import (  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-from controller import Observation, PoolDecision, PoolKey  # noqa: E402
+from pdscale.controller import Observation, PoolDecision, PoolKey  # noqa: E402
+from pdscale.simulator._policies import DemandPlan  # noqa: E402
 from pdscale.spec import Role  # noqa: E402
-from simulator._policies import DemandPlan  # noqa: E402
 
 ONE_HOUR = ("azure", "mooncake")
 TARGET_ATTAINMENT = 0.99
@@ -101,10 +101,10 @@ class HindsightPolicy:
 def _run(trace: str, cold_start_s: float, window_s: float, margin: float,
          seed: int) -> dict[str, Any]:
     """One simulation in a worker process."""
+    from pdscale.simulator import SimOptions, simulate
+    from pdscale.simulator._policies import OraclePolicy
+    from pdscale.simulator._simulate import prepare
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
-    from simulator._policies import OraclePolicy
-    from simulator._simulate import prepare
 
     t = TRACES[trace]
     spec = load_spec(SPEC)

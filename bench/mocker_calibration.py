@@ -8,8 +8,8 @@ one at a time with ``--gap`` seconds between them, of fixed prompt lengths (16 t
 tokens, two output tokens), so no request waits for another: each TTFT is the mocker's prefill
 plus what the stack adds around it. For every length it prints the client TTFT (median and
 spread over ``--repeats``), the profile's prefill time for that length
-(``controller/profiles/dynamo-mocker-1.6.1.yaml``) and their difference, the overhead, beside
-what the profile expects for that length (``ttft_overhead_ms``, ``frontend_ms_per_1k_tokens``
+(``pdscale/controller/profiles/dynamo-mocker-1.6.1.yaml``) and their difference, the overhead,
+beside what the profile expects for that length (``ttft_overhead_ms``, ``frontend_ms_per_1k_tokens``
 and the KV transfer), and fits the overhead as a fixed part plus a part per prompt token. The
 real-stack benchmark's windows are not used for that fit, so a profile set from it is not
 judged on its own training data there (only the split of the per-token part, before or after
@@ -38,7 +38,7 @@ sys.path.append(str(ROOT / "bench"))  # after the packages: bench/controller.py 
 
 from stack import MOCKER_PROFILE, TRACES, _warm, write_spec  # noqa: E402
 
-from controller import load_profile  # noqa: E402
+from pdscale.controller import load_profile  # noqa: E402
 from pdscale.spec import Role  # noqa: E402
 
 LENGTHS = (16, 512, 2048, 4096, 8192, 12288, 16384, 32768)
@@ -129,10 +129,10 @@ def main() -> int:
         parser.error("--repeats must be at least 1 and --gap positive")
 
     from pdscale._stackrun import StackRun
+    from pdscale.simulator._replay import ReplayOptions, replay, vocabulary_from_model
+    from pdscale.simulator._stack import dynamo_python
+    from pdscale.simulator._trace import Trace
     from pdscale.spec import load_spec
-    from simulator._replay import ReplayOptions, replay, vocabulary_from_model
-    from simulator._stack import dynamo_python
-    from simulator._trace import Trace
 
     arrivals, prompts = schedule(LENGTHS, args.repeats, args.gap)
     trace = Trace("calibration", arrivals, prompts, np.full(len(prompts), 2, dtype=np.int64))

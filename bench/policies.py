@@ -64,9 +64,9 @@ def shown(path: Path) -> Path:
 def _run(trace: str, cold_start_s: float, policy: str, seed: int) -> dict[str, Any]:
     """One simulation (in a worker process): the summary row and, at 60 s, the series."""
     sys.path.insert(0, str(ROOT))
+    from pdscale.simulator import SimOptions, simulate
+    from pdscale.simulator._compare import REPLICAS_COLUMNS
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
-    from simulator._compare import REPLICAS_COLUMNS
 
     t = TRACES[trace]
     options = SimOptions(trace=str(SHARED / t["file"]), mode=t["mode"], scale=t["scale"],
@@ -192,7 +192,7 @@ def _plots(rows: list[dict[str, Any]], series: dict[tuple[str, str], dict[str, l
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from simulator._compare import replicas_figure
+    from pdscale.simulator._compare import replicas_figure
 
     out.mkdir(parents=True, exist_ok=True)
     written = []

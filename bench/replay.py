@@ -26,10 +26,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pdscale.simulator._replay import ReplayOptions, replay, vocabulary_from_model  # noqa: E402
+from pdscale.simulator._stack import DynamoStack  # noqa: E402
+from pdscale.simulator._trace import load_trace  # noqa: E402
 from pdscale.spec import Engine, Role, load_spec  # noqa: E402
-from simulator._replay import ReplayOptions, replay, vocabulary_from_model  # noqa: E402
-from simulator._stack import DynamoStack  # noqa: E402
-from simulator._trace import load_trace  # noqa: E402
 
 
 def _recorded_replicas(stack_dir: Path) -> Callable[[], Mapping[str, int]]:

@@ -31,8 +31,8 @@ SHARED = ROOT.parent / "shared" / "traces"
 
 def _case(name: str) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
+    from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     raw = spec.model_dump(by_alias=True)

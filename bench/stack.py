@@ -28,7 +28,7 @@ frontend, the workers, Prometheus and this process (client and controller) besid
 measurement: runs are real time on a shared machine, so their latencies carry its noise.
 
 Then each window goes through the simulator (``simulator._event``, event mode) with the
-mocker's profile (``controller/profiles/dynamo-mocker-1.6.1.yaml``), replaying the same
+mocker's profile (``pdscale/controller/profiles/dynamo-mocker-1.6.1.yaml``), replaying the same
 replica schedule the stack ran (the controller's applied decisions, or the static sizes), so
 the comparison isolates the simulator's model of the serving stack from the policy.
 
@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Ahead of bench/ itself: bench/controller.py would shadow the controller package.
 sys.path.insert(0, str(ROOT))
 
-from controller import (  # noqa: E402
+from pdscale.controller import (  # noqa: E402
     InstanceProfile,
     Observation,
     PoolDecision,
@@ -77,7 +77,7 @@ from pdscale.spec import Role  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 RESULTS = ROOT / "bench" / "results"
-MOCKER_PROFILE = ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"
+MOCKER_PROFILE = ROOT / "pdscale" / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"
 BIN_S = 30.0
 """Width of the timeline bins (plots, per-bin TTFT)."""
 MAX_PROMPT_TOKENS = 60000
@@ -342,7 +342,7 @@ class StackReactivePolicy:
 
     def __init__(self, prefill: InstanceProfile, decode: InstanceProfile, *,
                  tick_s: float) -> None:
-        from simulator._policies import ReactivePolicy
+        from pdscale.simulator._policies import ReactivePolicy
 
         self.prefill = prefill
         self.decode = decode
@@ -352,7 +352,7 @@ class StackReactivePolicy:
     def reads() -> tuple[Any, ...]:
         """Signals beyond pdscale's own that this policy needs (the controller's
         ``extra_signals``)."""
-        from telemetry import Signal
+        from pdscale.telemetry import Signal
 
         return (Signal.KV_CACHE_USAGE_RATIO, Signal.RUNNING_REQUESTS)
 
@@ -828,7 +828,7 @@ def write_spec(folder: Path, window: TraceWindow, *, cold_start_s: float, max_re
 
 def load_window(name: str, start_min: float, minutes: float, scale: float, seed: int) -> Any:
     """The trace window as sent: scaled, prompts clipped to MAX_PROMPT_TOKENS."""
-    from simulator._trace import load_trace
+    from pdscale.simulator._trace import load_trace
 
     trace = load_trace(SHARED / TRACES[name].file)
     return trace.window(start_min * 60, minutes * 60).scaled(scale, seed=seed).clipped(
@@ -840,9 +840,9 @@ def autoscaled_start(trace: Any, spec_path: Path, cold_start_s: float) -> dict[R
     replicas the trace's true demand needs over the first cold start plus a minute, so that
     the window's start is not a cold-start artefact of an empty deployment (a deployment that
     has been running would be sized for its load). Static runs start at their own size."""
-    from controller import load_profile
+    from pdscale.controller import load_profile
+    from pdscale.simulator._policies import demand_plan
     from pdscale.spec import load_spec
-    from simulator._policies import demand_plan
 
     service = load_spec(spec_path).services[0]
     plan = demand_plan(trace, load_profile(service.pools[Role.PREFILL].profile),
@@ -858,8 +858,8 @@ def autoscaled_start(trace: Any, spec_path: Path, cold_start_s: float) -> dict[R
 def _warm(run: Any, *, controller: bool) -> None:
     """A few short requests so the frontend's series exist; with a controller, wait (up to
     60 s) until it has decided on fresh data for both pools."""
-    from simulator._replay import ReplayOptions, replay, vocabulary_from_model
-    from simulator._trace import Trace
+    from pdscale.simulator._replay import ReplayOptions, replay, vocabulary_from_model
+    from pdscale.simulator._trace import Trace
 
     n = 8
     warm = Trace(name="warm", arrival_s=np.linspace(0.0, 2.0, n),
@@ -885,11 +885,11 @@ def _warm(run: Any, *, controller: bool) -> None:
 def run_on_stack(name: str, trace: Any, choice: PolicyChoice, cold_start_s: float,
                  opts: BenchOptions, folder: Path) -> dict[str, Any]:
     """One real-time run; returns its row with the timeline, decisions and schedule."""
-    from controller import load_profile
     from pdscale._stackrun import StackRun
+    from pdscale.controller import load_profile
+    from pdscale.simulator._replay import ReplayOptions, replay, vocabulary_from_model
+    from pdscale.simulator._stack import dynamo_python
     from pdscale.spec import load_spec
-    from simulator._replay import ReplayOptions, replay, vocabulary_from_model
-    from simulator._stack import dynamo_python
 
     window = TRACES[name]
     spec_path = write_spec(folder, window, cold_start_s=cold_start_s,
@@ -1008,10 +1008,10 @@ def as_sent(trace: Any, seed: int) -> Any:
 def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[str, Any]:
     """The window through the event simulator with the mocker's profile, replaying the run's
     replica schedule; the simulator's summary fields plus TTFT p90 and a timeline."""
+    from pdscale.simulator._runner import EventWorld
+    from pdscale.simulator._simulate import SimOptions, _setup
+    from pdscale.simulator._world import run_world
     from pdscale.spec import load_spec
-    from simulator._runner import EventWorld
-    from simulator._simulate import SimOptions, _setup
-    from simulator._world import run_world
 
     spec = load_spec(spec_path)
     service = spec.services[0]
@@ -1052,8 +1052,8 @@ def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] |
     baseline (on its busy share), started at the same sizes, routed as the stack routes. The
     arrivals are the trace's, as ``pdscale simulate`` reads them (not the client's send order,
     :func:`as_sent`). None for a static run."""
+    from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
 
     if row["policy"] not in ("pdscale", "reactive"):
         return None

@@ -39,8 +39,8 @@ import sys, threading
 sys.path.insert(0, {root!r})
 from kubernetes import client as k8s
 import uvicorn
-from controller._api import create_app
-from controller._runtime import Controller, reader_from_spec
+from pdscale.controller._api import create_app
+from pdscale.controller._runtime import Controller, reader_from_spec
 from pdscale.spec import parse_spec
 from tests.controller.kube_standin import ApiState, api_standin
 spec = parse_spec(open({spec!r}).read())
@@ -167,8 +167,8 @@ def heap_check(alerts: int) -> list[tuple[int, float]]:
 
     from kubernetes import client as k8s
 
-    from controller._runtime import Controller, reader_from_spec
-    from controller._webhook import AlertmanagerPayload
+    from pdscale.controller._runtime import Controller, reader_from_spec
+    from pdscale.controller._webhook import AlertmanagerPayload
     from pdscale.spec import parse_spec
     from tests.controller.kube_standin import ApiState, api_standin
 

@@ -63,10 +63,10 @@ from stack import (  # noqa: E402
     write_spec,
 )
 
-from controller import CapacityModel, load_profile  # noqa: E402
-from controller._perf import HEADROOM  # noqa: E402
+from pdscale.controller import CapacityModel, load_profile  # noqa: E402
+from pdscale.controller._perf import HEADROOM  # noqa: E402
 from pdscale.spec import Role, load_spec  # noqa: E402
-from telemetry import Signal  # noqa: E402
+from pdscale.telemetry import Signal  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -147,9 +147,9 @@ def simulate_static(trace: Any, spec_path: Path, prefill: int, *, sample_s: floa
     """The window at ``prefill``+1 workers through the event simulator, as bench/stack.py
     replays the stack's runs (its send order, its routing, fixed cold starts), ticking every
     ``sample_s`` seconds; the summary and the prefill queue at each tick."""
-    from simulator._runner import EventWorld
-    from simulator._simulate import SimOptions, _setup
-    from simulator._world import run_world
+    from pdscale.simulator._runner import EventWorld
+    from pdscale.simulator._simulate import SimOptions, _setup
+    from pdscale.simulator._world import run_world
 
     service = load_spec(spec_path).services[0]
     schedule = Schedule(((0.0, prefill),), ((0.0, 1),))

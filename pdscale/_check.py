@@ -23,7 +23,7 @@ from typing import Literal
 
 from pdscale import _engines
 from pdscale.spec import Engine, Role, ServiceSpec, Spec
-from telemetry import (
+from pdscale.telemetry import (
     DISPERSION_WINDOW_S,
     SeriesRef,
     Signal,

@@ -59,8 +59,8 @@ def _dynamo_service(spec: Spec, option: str = "--engine dynamo") -> ServiceSpec:
 def process_backend(spec: Spec, folder: Path) -> Any:
     """The process actuator of the stack in ``folder`` (``<up dir>/dynamo``), with the workers
     it runs adopted: ``pdscale run --dynamo-stack`` scales them."""
-    from controller import ProcessActuator
-    from simulator import DynamoStack, StackError, dynamo_python
+    from pdscale.controller import ProcessActuator
+    from pdscale.simulator import DynamoStack, StackError, dynamo_python
 
     service = _dynamo_service(spec, "--dynamo-stack")
     if not (folder / "workers.json").is_file():
@@ -109,7 +109,7 @@ def _start(name: str, argv: list[str], ready_url: str, folder: Path,
 def _prerequisites(spec: Spec) -> tuple[ServiceSpec, dict[str, str], Path]:
     """The dynamo service, the Prometheus and Alertmanager binaries and Dynamo's Python, or
     StackUpError saying what is missing."""
-    from simulator import StackError, dynamo_python
+    from pdscale.simulator import StackError, dynamo_python
 
     service = _dynamo_service(spec)
     binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
@@ -129,8 +129,8 @@ def up_dynamo(spec: Spec, folder: Path) -> int:
     """Start the stack, Prometheus, Alertmanager and the controller; print the URLs; 0, 1 (a
     process failed: everything started is stopped) or 2 (bad input: no dynamo service,
     Dynamo, Prometheus or Alertmanager not installed)."""
-    from alerts import alert_files, alertmanager_config
-    from simulator import DynamoStack, StackError
+    from pdscale.alerts import alert_files, alertmanager_config
+    from pdscale.simulator import DynamoStack, StackError
 
     try:
         service, binaries, python = _prerequisites(spec)

@@ -133,7 +133,7 @@ def process_record(pid: int, *, proc: Path = _PROC) -> dict[str, Any]:
     """What to store beside ``pid`` to recognise the process later: its start time in clock
     ticks since boot (``start_ticks``) and this boot's id (``boot_id``); each None where
     ``proc`` cannot tell (then :func:`recorded_process` never confirms it)."""
-    from controller import process_start_ticks
+    from pdscale.controller import process_start_ticks
 
     return {"start_ticks": process_start_ticks(pid, proc=proc), "boot_id": _boot_id(proc)}
 
@@ -153,7 +153,7 @@ def recorded_process(record: Mapping[str, Any], *, folder: Path,
         return ProcessState.GONE
     except PermissionError:
         pass  # another user's process: still compare it (``pdscale up`` may have run as root)
-    from controller import process_is_zombie, process_start_ticks
+    from pdscale.controller import process_is_zombie, process_start_ticks
 
     if process_is_zombie(pid, proc=proc):
         return ProcessState.GONE

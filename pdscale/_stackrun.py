@@ -85,7 +85,7 @@ class StackRun:
         self.stop()
 
     def start(self) -> StackRun:
-        from simulator import DynamoStack
+        from pdscale.simulator import DynamoStack
 
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -148,7 +148,7 @@ class StackRun:
             raise StackRunError(f"{name} did not become ready on {ready_url}; its log: {log}")
 
     def _start_prometheus(self, port: int | None = None) -> None:
-        from alerts import alert_files
+        from pdscale.alerts import alert_files
 
         binary = find_binary("prometheus")
         if binary is None:
@@ -170,7 +170,7 @@ class StackRun:
                                                   port), f"{self.prometheus_url}/-/ready")
 
     def _start_alertmanager(self) -> None:
-        from alerts import alertmanager_config
+        from pdscale.alerts import alertmanager_config
 
         binary = find_binary("alertmanager")
         if binary is None:
@@ -189,7 +189,7 @@ class StackRun:
     def _start_controller(self) -> None:
         import uvicorn
 
-        from controller import Controller, SystemClock, create_app, reader_from_spec
+        from pdscale.controller import Controller, SystemClock, create_app, reader_from_spec
 
         assert self.prometheus_url is not None
         self.pdscale = Controller(self.spec, None, reader_from_spec(self.spec,

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/system-deps.sh
 scripts/dynamo-setup.sh
-PKGS="pdscale telemetry forecasting controller alerts dashboards simulator"
+PKGS="pdscale"
 echo "==> ruff"
 .venv/bin/ruff check $PKGS tests bench
 echo "==> mypy --strict"

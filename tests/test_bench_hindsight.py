@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller import Observation, PoolObservation, PoolReplicas
+from pdscale.controller import Observation, PoolObservation, PoolReplicas
+from pdscale.simulator._policies import DemandPlan
 from pdscale.spec import Role
-from simulator._policies import DemandPlan
 from tests.conftest import bench_module
 
 H = bench_module("hindsight")

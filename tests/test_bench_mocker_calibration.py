@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller import load_profile
+from pdscale.controller import load_profile
 from tests.conftest import ROOT, bench_module
 
 M = bench_module("mocker_calibration")
-PROFILE = load_profile(str(ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"))
+PROFILE = load_profile(str(ROOT / "pdscale" / "controller" / "profiles" /
+                           "dynamo-mocker-1.6.1.yaml"))
 
 
 def test_every_length_comes_repeats_times_with_an_idle_gap_after_each_prefill() -> None:

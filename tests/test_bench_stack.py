@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller import Observation, PoolObservation, PoolReplicas, load_profile
+from pdscale.controller import Observation, PoolObservation, PoolReplicas, load_profile
 from pdscale.spec import Role
 from tests.conftest import ROOT, bench_module
 
 S = bench_module("stack")
-PROFILE = load_profile(str(ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"))
+PROFILE = load_profile(str(ROOT / "pdscale" / "controller" / "profiles" /
+                           "dynamo-mocker-1.6.1.yaml"))
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def test_the_timeline_bins_requests_by_arrival_and_workers_by_sample() -> None:
 def test_requests_that_share_an_arrival_are_sent_one_after_another_in_no_fixed_order() -> None:
     import numpy as np
 
-    from simulator import Trace
+    from pdscale.simulator import Trace
 
     arrivals = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 7.5])
     prompts = np.array([30000, 600, 6000, 1000, 2000, 500])

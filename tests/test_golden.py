@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from alerts import alert_files
-from dashboards import dashboard_files
+from pdscale.alerts import alert_files
+from pdscale.dashboards import dashboard_files
 from pdscale.spec import Spec
 from tests.conftest import ROOT
 

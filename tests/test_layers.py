@@ -23,4 +23,4 @@ def test_every_pdscale_module_is_in_a_layer() -> None:
     assert modules - named == set(), "name the new module in .importlinter's layers"
     for package in ("simulator", "controller", "alerts", "dashboards", "telemetry",
                     "forecasting"):
-        assert package in named
+        assert f"pdscale.{package}" in named

@@ -7,11 +7,11 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "alerts": ["AlertDef", "ScenarioError", "TierDef", "alert_defs", "alert_files",
+    "pdscale.alerts": ["AlertDef", "ScenarioError", "TierDef", "alert_defs", "alert_files",
                "alerting_groups", "alertmanager_config", "dump_yaml", "prometheus_rule",
                "recording_groups", "render_template", "unit_tests"],
-    "dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
-    "telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "DISPERSION_WINDOW",
+    "pdscale.dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
+    "pdscale.telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "DISPERSION_WINDOW",
                   "DISPERSION_WINDOW_S", "KNOWN_METRICS",
                   "POOL_LABELS", "PrometheusAuth", "PrometheusQueryError",
                   "PrometheusReader", "PrometheusUnavailable", "RATE_WINDOW",
@@ -26,12 +26,12 @@ PUBLIC = {
                   "slo_bucket_ref", "slo_error_ratio_expr",
                   "slo_error_ratio_record",
                   "POD_WORK_SIGNALS", "PodWork", "pod_work_query", "read_pod_work"],
-    "forecasting": ["AutoForecaster", "BacktestResult", "ExponentialSmoothing", "LastValue",
+    "pdscale.forecasting": ["AutoForecaster", "BacktestResult", "ExponentialSmoothing", "LastValue",
                     "OnlineForecaster",
                     "QuantileGBForecaster", "RegularSeries", "SeasonalNaive", "SeriesError",
                     "backtest", "level_shifts", "pinball", "regularize",
                     "series_from_prometheus", "series_from_requests"],
-    "controller": ["Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
+    "pdscale.controller": ["Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
                    "ColdStartTracker", "ConstrainedPolicy", "Constraints",
                    "Controller", "DecisionRecord", "DecodePoint", "Detail",
                    "ForecastStage", "HEADROOM", "InstanceProfile",
@@ -51,7 +51,7 @@ PUBLIC = {
                    "reader_from_spec", "serve", "size", "spawn_process",
                    "stabilise", "stop_pids", "stop_recorded", "sum_metric",
                    "targets_file_name", "uncached_prefill_demand"],
-    "simulator": ["DYNAMO_VERSION", "DynamoNotInstalled", "DynamoPolicy", "DynamoStack",
+    "pdscale.simulator": ["DYNAMO_VERSION", "DynamoNotInstalled", "DynamoPolicy", "DynamoStack",
                   "EventSimulator", "EventWorld", "FORMATS", "FluidLoad",
                   "FluidWorld", "InstanceProfile", "LiveCluster",
                   "OraclePolicy", "POLICIES", "PoolSetup", "Prepared",
@@ -82,7 +82,7 @@ def test_controller_package_import_stays_light() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, controller, simulator; "
+    code = ("import sys, pdscale.controller, pdscale.simulator; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('kubernetes', 'fastapi', 'uvicorn')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -104,15 +104,13 @@ def test_one_name_for_one_concept() -> None:
     import re
     from pathlib import Path
 
-    from controller._kube import KubeRejected, KubeUnavailable
-    from controller._leader import LeaseRejected, LeaseUnavailable
+    from pdscale.controller._kube import KubeRejected, KubeUnavailable
+    from pdscale.controller._leader import LeaseRejected, LeaseUnavailable
     from pdscale.errors import GiveUp, RetryLater
-    from telemetry import PrometheusQueryError, PrometheusUnavailable
+    from pdscale.telemetry import PrometheusQueryError, PrometheusUnavailable
 
     root = Path(__file__).resolve().parent.parent
-    packages = ("pdscale", "telemetry", "forecasting", "controller", "alerts", "dashboards",
-                "simulator")
-    defined = [p for pkg in packages for p in (root / pkg).rglob("*.py")
+    defined = [p for p in (root / "pdscale").rglob("*.py")
                if re.search(r"^PoolKey\s*=", p.read_text(), re.M)]
     assert [p.relative_to(root).as_posix() for p in defined] == ["pdscale/spec.py"]
     for retry in (PrometheusUnavailable, KubeUnavailable, LeaseUnavailable):

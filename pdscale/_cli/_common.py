@@ -91,7 +91,7 @@ def load_checked(path: str) -> Spec | None:
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return None
-    from alerts import ScenarioError, alert_files
+    from pdscale.alerts import ScenarioError, alert_files
 
     try:
         alert_files(spec, source=Path(path).name)
@@ -103,7 +103,7 @@ def load_checked(path: str) -> Spec | None:
 
 
 def profile_problems(spec: Spec) -> list[SpecProblem]:
-    from controller import ProfileError, load_profile
+    from pdscale.controller import ProfileError, load_profile
 
     problems = []
     for i, service in enumerate(spec.services):

@@ -11,7 +11,7 @@ from pdscale.spec import Role
 
 def _cmd_signals(args: argparse.Namespace) -> int:
     from pdscale.spec import Engine, ServiceSpec
-    from telemetry import engine_signals, signal_def
+    from pdscale.telemetry import engine_signals, signal_def
 
     engines = [Engine(args.engine)] if args.engine else list(Engine)
     for engine in engines:
@@ -33,7 +33,7 @@ def _cmd_signals(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from telemetry import UnknownSignal, pool_expr, pool_query
+    from pdscale.telemetry import UnknownSignal, pool_expr, pool_query
 
     spec = load_checked(args.spec)
     if spec is None:

@@ -19,9 +19,9 @@ from pdscale._cli._common import (
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Live check of every series the alerts, dashboards and controller read (pdscale._check)."""
-    from controller import reader_from_spec
     from pdscale._check import check_spec, controller_ready, render_json, render_table
-    from telemetry import PrometheusQueryError, PrometheusUnavailable, instant_rows
+    from pdscale.controller import reader_from_spec
+    from pdscale.telemetry import PrometheusQueryError, PrometheusUnavailable, instant_rows
 
     spec = load_checked(args.spec)
     if spec is None:

@@ -30,9 +30,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from alerts import alert_files
-    from dashboards import dashboard_files
-    from simulator import (
+    from pdscale.alerts import alert_files
+    from pdscale.dashboards import dashboard_files
+    from pdscale.simulator import (
         ProfileError,
         SimOptions,
         TraceError,

@@ -296,10 +296,10 @@ def _series(args: argparse.Namespace, resolution: float) -> tuple[Any, str, list
     on bad input)."""
     import numpy as np
 
-    from forecasting import regularize, series_from_requests
+    from pdscale.forecasting import regularize, series_from_requests
 
     if args.trace:
-        from simulator import TraceError, load_trace
+        from pdscale.simulator import TraceError, load_trace
 
         try:
             trace = load_trace(args.trace, args.format, skip_bad_rows=args.skip_bad_rows)
@@ -327,7 +327,12 @@ def _series(args: argparse.Namespace, resolution: float) -> tuple[Any, str, list
 
 def _models(args: argparse.Namespace, *, resolution: float, horizons: list[float],
             quantiles: tuple[float, ...], train: int, period: int) -> dict[str, Any]:
-    from forecasting import ExponentialSmoothing, LastValue, QuantileGBForecaster, SeasonalNaive
+    from pdscale.forecasting import (
+        ExponentialSmoothing,
+        LastValue,
+        QuantileGBForecaster,
+        SeasonalNaive,
+    )
 
     models: dict[str, Any] = {
         "last_value": LastValue(resolution_s=resolution, quantiles=quantiles),
@@ -362,8 +367,8 @@ def _print_scores(source: str, args: argparse.Namespace, result: Any,
 def _cmd_forecast_backtest(args: argparse.Namespace) -> int:
     import json
 
-    from forecasting import SeriesError, backtest
     from pdscale._io import OutputError, write_tree
+    from pdscale.forecasting import SeriesError, backtest
 
     progress = _ProgressLines()
     try:
@@ -431,7 +436,7 @@ def _backtest_plot(series: object, result: object, quantiles: tuple[float, ...])
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from forecasting import BacktestResult, RegularSeries
+    from pdscale.forecasting import BacktestResult, RegularSeries
 
     assert isinstance(series, RegularSeries) and isinstance(result, BacktestResult)
     name = "gbqr" if "gbqr" in result.forecasts else next(iter(result.forecasts))

@@ -42,7 +42,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # pdscale logs the failure itself
-    from controller import (
+    from pdscale.controller import (
         Controller,
         KubeConfigError,
         kube_client,

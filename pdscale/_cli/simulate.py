@@ -61,7 +61,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulator import ProfileError, SimOptions, TraceError, result_files, simulate
+    from pdscale.simulator import ProfileError, SimOptions, TraceError, result_files, simulate
 
     spec = load_checked(args.spec)
     if spec is None:
@@ -112,7 +112,7 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
 
     from pdscale._cli.run import _port_busy
     from pdscale._io import OutputError, write_tree
-    from simulator import (
+    from pdscale.simulator import (
         EventWorld,
         LiveCluster,
         ProfileError,

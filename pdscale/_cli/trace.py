@@ -9,7 +9,7 @@ from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK, POSITIVE, err, seed
 
 
 def _cmd_trace_stats(args: argparse.Namespace) -> int:
-    from simulator import TraceError, load_trace, trace_stats
+    from pdscale.simulator import TraceError, load_trace, trace_stats
 
     try:
         trace = load_trace(args.trace, args.format, skip_bad_rows=args.skip_bad_rows,

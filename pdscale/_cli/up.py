@@ -71,8 +71,8 @@ def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Pa
                 speed: float, duration_s: float, scale: float) -> LocalStack:
     """The local stack's configuration and commands: a pure function of its inputs
     (``local`` is :func:`local_spec` loaded; ``folder`` absolute)."""
-    from alerts import alertmanager_config
     from pdscale._servers import alertmanager_argv, prometheus_argv
+    from pdscale.alerts import alertmanager_config
 
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     prometheus = {
@@ -277,8 +277,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from alerts import alert_files
     from pdscale._servers import find_binary, free_port, write_rule_files
+    from pdscale.alerts import alert_files
 
     spec = load_checked(args.spec or example_spec("dynamo.yaml" if args.engine == "dynamo"
                                                   else "vllm.yaml"))
@@ -439,7 +439,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
         else:
             print(f"  {name:<12} was not running")
     if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
-        from simulator import stop_stack
+        from pdscale.simulator import stop_stack
 
         for name in stop_stack(folder / state["dynamo"]):
             print(f"  {name:<12} stopped")

@@ -36,16 +36,16 @@ def _generate(spec: Spec, what: str, source: str, *,
     """Rendered output per subfolder, all in memory before anything is written."""
     out: dict[str, dict[str, str]] = {}
     if what in ("alerts", "all"):
-        from alerts import alert_files
+        from pdscale.alerts import alert_files
 
         out["alerts"] = alert_files(spec, source=source)
     if what in ("dashboards", "all"):
-        from dashboards import dashboard_files
+        from pdscale.dashboards import dashboard_files
 
         out["dashboards"] = dashboard_files(spec)
     if what == "recommend":
-        from alerts import dump_yaml
-        from controller import hpa_manifests, keda_manifests
+        from pdscale.alerts import dump_yaml
+        from pdscale.controller import hpa_manifests, keda_manifests
 
         files: dict[str, str] = {}
         for kind, objs in (("keda", keda_manifests(spec, prometheus_url=prometheus_url)),

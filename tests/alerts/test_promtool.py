@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from alerts import ScenarioError, alert_files, unit_tests
-from alerts._promtool import humanize, humanize_duration, humanize_percentage, render_template
+from pdscale.alerts import ScenarioError, alert_files, unit_tests
+from pdscale.alerts._promtool import (
+    humanize,
+    humanize_duration,
+    humanize_percentage,
+    render_template,
+)
 from pdscale.spec import Spec, parse_spec
 from tests.conftest import ROOT, need_tool
 
@@ -185,8 +190,8 @@ def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_bur
     """vLLM run with custom TTFT buckets that miss the spec's 0.5 s (the spec does not name
     them): every request takes about 0.7 s, so the SLO is burning, but the error ratios are
     empty. The slo_bucket absence alert says so instead of the silence reading as no burn."""
-    from alerts._promtool import _example_labels, _le, _series_text
-    from telemetry import slo_bucket_expr
+    from pdscale.alerts._promtool import _example_labels, _le, _series_text
+    from pdscale.telemetry import slo_bucket_expr
 
     service, promtool_run = _vllm_rules(tmp_path)
     expr = slo_bucket_expr(service, "ttft")
@@ -210,9 +215,9 @@ def test_an_slo_threshold_off_the_engines_buckets_is_reported_not_read_as_no_bur
 def test_gpu_memory_reads_without_the_reserved_field(tmp_path: Path) -> None:
     """An exporter whose counters lack DCGM_FI_DEV_FB_RESERVED left the memory ratio (and its
     alert) empty; it now reads used / (used + free)."""
-    from alerts._promtool import _example_labels, _series_text
+    from pdscale.alerts._promtool import _example_labels, _series_text
     from pdscale.spec import Role
-    from telemetry import Signal, pool_expr, recorded_name
+    from pdscale.telemetry import Signal, pool_expr, recorded_name
 
     service, promtool_run = _vllm_rules(tmp_path)
     expr = pool_expr(Signal.GPU_MEMORY_USED_MAX_RATIO, service, Role.DECODE)
@@ -251,10 +256,10 @@ def test_the_dispersion_of_counted_tokens_reads_as_the_simulator_computes_it(
     hold fewer than two samples: empty, not zero, and ``pdscale check``'s probe sees it."""
     import numpy as np
 
-    from alerts._promtool import _example_labels, _series_text
     from pdscale._check import fine_samples_expr
+    from pdscale.alerts._promtool import _example_labels, _series_text
     from pdscale.spec import Role
-    from telemetry import Signal, pool_expr
+    from pdscale.telemetry import Signal, pool_expr
 
     service, promtool_run = _vllm_rules(tmp_path)
     expr = pool_expr(Signal.PROMPT_TOKENS_DISPERSION, service, Role.PREFILL)
@@ -305,9 +310,9 @@ def _two_decode_pods(service: Any, signal: Any, metric: str
                      ) -> tuple[dict[str, str], dict[str, str]]:
     """Label sets of ``metric`` for two decode pods that the pool's expression of ``signal``
     selects (its first and second example pods)."""
-    from alerts._promtool import _example_labels
+    from pdscale.alerts._promtool import _example_labels
     from pdscale.spec import Role
-    from telemetry import pool_expr
+    from pdscale.telemetry import pool_expr
 
     expr = pool_expr(signal, service, Role.DECODE)
     first = _example_labels(expr, metric, 0)
@@ -319,8 +324,8 @@ def _two_decode_pods(service: Any, signal: Any, metric: str
 def test_an_xid_pages_for_the_event_not_for_the_gpus_history(tmp_path: Path) -> None:
     """DCGM_FI_DEV_XID_ERRORS holds the last XID code: a pod that lands on a GPU which once
     reported 79 inherits the value, and used to be drained for it. Only a change pages."""
-    from alerts._promtool import _series_text
-    from telemetry import Signal
+    from pdscale.alerts._promtool import _series_text
+    from pdscale.telemetry import Signal
 
     service, promtool_run = _vllm_rules(tmp_path)
     old, new = _two_decode_pods(service, Signal.GPU_XID_ERRORS, "DCGM_FI_DEV_XID_ERRORS")
@@ -344,8 +349,8 @@ def test_the_vllm_queue_falls_back_per_pod_during_a_rolling_upgrade(tmp_path: Pa
     """A newer vLLM pod breaks its queue down by reason, an older one does not: the pool's
     queue is the newer pod's capacity wait plus the older pod's whole queue (the fallback
     was per pool, so the older pods' queues vanished while both ran)."""
-    from alerts._promtool import _series_text
-    from telemetry import Signal, recorded_name
+    from pdscale.alerts._promtool import _series_text
+    from pdscale.telemetry import Signal, recorded_name
 
     service, promtool_run = _vllm_rules(tmp_path)
     new, old = _two_decode_pods(service, Signal.QUEUE_DEPTH, "vllm:num_requests_waiting")

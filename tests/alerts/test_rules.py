@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import yaml
 
-from alerts import alert_defs, alert_files, alerting_groups, alertmanager_config, prometheus_rule
+from pdscale.alerts import (
+    alert_defs,
+    alert_files,
+    alerting_groups,
+    alertmanager_config,
+    prometheus_rule,
+)
 from pdscale.spec import Engine, Role, Spec
 
 ALWAYS = {
@@ -177,7 +183,7 @@ def test_output_is_deterministic(example: tuple[str, Spec]) -> None:
 
 
 def test_recording_rules_carry_pool_labels(example: tuple[str, Spec]) -> None:
-    from alerts import recording_groups
+    from pdscale.alerts import recording_groups
 
     _, spec = example
     for group in recording_groups(spec):

@@ -8,9 +8,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from controller import Observation, PoolKey, PoolObservation, PoolReplicas
-from controller._kube import KubeRejected, KubeUnavailable
-from controller._reconciler import AdapterError, SourceResult
+from pdscale.controller import Observation, PoolKey, PoolObservation, PoolReplicas
+from pdscale.controller._kube import KubeRejected, KubeUnavailable
+from pdscale.controller._reconciler import AdapterError, SourceResult
 from pdscale.spec import Role, Spec
 
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 
-from controller._api import create_app
-from controller._runtime import Controller, reader_from_spec
+from pdscale.controller._api import create_app
+from pdscale.controller._runtime import Controller, reader_from_spec
 from pdscale.spec import Role, Spec, parse_spec
 from tests.conftest import free_port
 from tests.controller.kube_standin import ApiState, api_standin
@@ -278,7 +278,7 @@ def test_guards_cooldown_rate_limit_kill_switch(env: Env) -> None:
 
 
 def receiver_alert(i: int) -> Any:
-    from controller._webhook import AlertmanagerAlert
+    from pdscale.controller._webhook import AlertmanagerAlert
 
     return AlertmanagerAlert.model_validate(
         alert(fingerprint=f"flood-{i}", pool="prefill" if i % 2 else "decode",
@@ -370,7 +370,7 @@ def test_an_unexpected_warm_up_failure_starts_cold_and_the_loop_runs(
     """Anything the warm-up raises besides Prometheus' own errors (an adapter or forecaster
     bug) used to end the reconcile thread before its first tick, with the process still
     serving and /healthz failing."""
-    import controller._runtime as runtime
+    import pdscale.controller._runtime as runtime
 
     def broken(*_: Any, **__: Any) -> None:
         raise RuntimeError("forecaster exploded")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller import Observation, PoolDecision, PoolKey, PoolObservation, PoolReplicas
-from controller._constraints import Constraints, apply_constraints
+from pdscale.controller import Observation, PoolDecision, PoolKey, PoolObservation, PoolReplicas
+from pdscale.controller._constraints import Constraints, apply_constraints
 from pdscale.spec import Role, SpecError, parse_spec
 
 
@@ -133,7 +133,7 @@ def _degraded(obs: Observation, key: PoolKey, desired: int) -> Observation:
 def test_pools_not_read_this_tick_keep_their_gpus_in_the_budget() -> None:
     """A 503 on one service's scale targets left its pools out of the budget's sum: another
     pool was granted their GPUs (11 allocated against a budget of 8)."""
-    from controller._constraints import unread_pools_gpus
+    from pdscale.controller._constraints import unread_pools_gpus
 
     a, b = ("a", Role.PREFILL), ("a", Role.DECODE)
     c, d = ("b", Role.PREFILL), ("b", Role.DECODE)
@@ -193,10 +193,10 @@ def test_the_reconciler_keeps_the_budget_when_a_services_targets_cannot_be_read(
     service's Deployments answers 503 for a tick while another pool asks for 6."""
     from kubernetes import client as k8s
 
-    from controller._cluster import ClusterSource
-    from controller._kube import KubeScaleActuator, ScaleRef
-    from controller._reconciler import Reconciler
-    from telemetry import ControllerTelemetry
+    from pdscale.controller._cluster import ClusterSource
+    from pdscale.controller._kube import KubeScaleActuator, ScaleRef
+    from pdscale.controller._reconciler import Reconciler
+    from pdscale.telemetry import ControllerTelemetry
     from tests.controller.kube_standin import ApiState, api_standin
     from tests.controller.memory_cluster import ManualClock
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller._drain import DrainConfig, Replica, choose_victims, is_idle, plan_drain
+from pdscale.controller._drain import DrainConfig, Replica, choose_victims, is_idle, plan_drain
 from pdscale.spec import Role
-from telemetry import PodWork
+from pdscale.telemetry import PodWork
 
 NOW = 1_000_000.0
 CFG = DrainConfig(timeout_s=300, settle_s=10)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client as k8s
 
-from controller._drain import DRAIN_REASON, DRAINING_SINCE, SERVING_BEFORE, Drainer
-from controller._kube import (
+from pdscale.controller._drain import DRAIN_REASON, DRAINING_SINCE, SERVING_BEFORE, Drainer
+from pdscale.controller._kube import (
     DELETION_COST_BEFORE,
     KubeDrainBackend,
     KubeRejected,
@@ -20,9 +20,9 @@ from controller._kube import (
     KubeUnavailable,
     ScaleRef,
 )
-from controller._reconciler import Reconciler
+from pdscale.controller._reconciler import Reconciler
 from pdscale.spec import Role, ScaleTarget, parse_spec
-from telemetry import ControllerTelemetry, PodWork
+from pdscale.telemetry import ControllerTelemetry, PodWork
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.controller.memory_cluster import ManualClock
 
@@ -351,14 +351,14 @@ def test_a_workload_selecting_on_the_serving_label_is_refused_with_the_fix(env: 
 
 
 def _reconciler(env: Env, decide: dict[tuple[str, Role], int]) -> Reconciler:
-    from controller._constraints import Constraints
-    from controller._interface import (
+    from pdscale.controller._constraints import Constraints
+    from pdscale.controller._interface import (
         Observation,
         PoolDecision,
         PoolObservation,
         PoolReplicas,
     )
-    from controller._reconciler import SourceResult
+    from pdscale.controller._reconciler import SourceResult
 
     actuator = KubeScaleActuator(env.api, {
         D: ScaleRef("llm", ScaleTarget(name="chat-decode")),
@@ -478,8 +478,8 @@ def test_without_a_routing_mark_the_least_loaded_pod_goes_at_once(env: Env) -> N
 
 
 def test_the_controller_wires_the_drain_from_the_spec(env: Env) -> None:
-    from controller._runtime import Controller
-    from telemetry import PrometheusReader
+    from pdscale.controller._runtime import Controller
+    from pdscale.telemetry import PrometheusReader
 
     reader = PrometheusReader("http://127.0.0.1:9", timeout_s=1)
     on = Controller(SPEC, env.api, reader, clock=ManualClock(T0), leader_election=False)

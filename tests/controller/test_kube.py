@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from controller._kube import KubeRejected, KubeScaleActuator, KubeUnavailable, ScaleRef
+from pdscale.controller._kube import KubeRejected, KubeScaleActuator, KubeUnavailable, ScaleRef
 from pdscale.spec import Role, ScaleTarget
 from tests.controller.kube_standin import ApiState, api_standin
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from controller._leader import LeaseElector
+from pdscale.controller._leader import LeaseElector
 from tests.controller.kube_standin import ApiState, api_standin
 
 
@@ -106,7 +106,7 @@ def test_forbidden_says_which_rbac(cluster: tuple[ApiState, k8s.ApiClient, Clock
     a, _ = _pair(api, clock)
     assert not a.step()
     assert a.last_error is not None and "leases.coordination.k8s.io" in a.last_error
-    from controller._leader import LeaseRejected
+    from pdscale.controller._leader import LeaseRejected
     from pdscale.errors import GiveUp
 
     assert isinstance(a.failure, LeaseRejected) and isinstance(a.failure, GiveUp)

@@ -11,8 +11,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from kubernetes import client as k8s
 
-from controller._api import create_app
-from controller._runtime import Controller, reader_from_spec
+from pdscale.controller._api import create_app
+from pdscale.controller._runtime import Controller, reader_from_spec
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.controller.memory_cluster import ManualClock
 from tests.controller.test_api import make_spec

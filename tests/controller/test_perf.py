@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller import (
+from pdscale.controller import (
     HEADROOM,
     builtin_profiles,
     decode_batch_limit,
@@ -68,8 +68,9 @@ COPIES = {
     "a profile's throughput or step time used for sizing":
         r"\.(prefill_tokens_per_s|decode_step_ms)\(",
 }
-PHYSICS = {"controller/_perf.py", "controller/_profiles.py", "simulator/_event.py",
-           "simulator/_decode.py", "simulator/_fluid.py"}
+PHYSICS = {"pdscale/controller/_perf.py", "pdscale/controller/_profiles.py",
+           "pdscale/simulator/_event.py", "pdscale/simulator/_decode.py",
+           "pdscale/simulator/_fluid.py"}
 """The performance model itself, and the simulators, whose physics are the profile's."""
 
 
@@ -77,14 +78,14 @@ def test_the_capacity_arithmetic_exists_once() -> None:
     """Outside the performance model nothing writes the headroom, the KV fill or the hit
     clamp again, or sizes replicas from a profile's raw throughput or step time."""
     found = []
-    for package in ("controller", "simulator", "pdscale", "bench"):
+    for package in ("pdscale/controller", "pdscale/simulator", "pdscale", "bench"):
         for path in sorted((ROOT / package).glob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             text = path.read_text()
             for what, pattern in COPIES.items():
                 if rel in PHYSICS and what.startswith("a profile's"):
                     continue
-                if rel == "controller/_perf.py":
+                if rel == "pdscale/controller/_perf.py":
                     continue
                 found += [f"{rel}: {what}" for _ in re.finditer(pattern, text)]
     assert found == []

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import (
+from pdscale.controller import (
     CapacityModel,
     ColdStartTracker,
     ForecastStage,
@@ -21,11 +21,11 @@ from controller import (
     PoolReplicas,
     load_profile,
 )
-from controller._capacity import LENGTH_READINGS, MIN_MISS_LOAD
-from controller._perf import HEADROOM
-from controller._policy import KV_GATE, LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
+from pdscale.controller._capacity import LENGTH_READINGS, MIN_MISS_LOAD
+from pdscale.controller._perf import HEADROOM
+from pdscale.controller._policy import KV_GATE, LATENCY_GATE_SHARE, QUEUE_WAIT_SHARE
 from pdscale.spec import ControllerSettings, Role
-from telemetry import Signal
+from pdscale.telemetry import Signal
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
 KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)

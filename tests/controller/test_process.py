@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controller._kube import KubeRejected, ScaleStatus
-from controller._process import ProcessActuator, WorkerTemplate, sum_metric
+from pdscale.controller._kube import KubeRejected, ScaleStatus
+from pdscale.controller._process import ProcessActuator, WorkerTemplate, sum_metric
 from pdscale.spec import Role
 
 P = ("svc", Role.PREFILL)
@@ -251,7 +251,7 @@ def test_sum_metric() -> None:
 
 
 def test_the_controller_takes_it_instead_of_kubernetes(tmp_path: Path) -> None:
-    from controller._runtime import Controller, reader_from_spec
+    from pdscale.controller._runtime import Controller, reader_from_spec
     from pdscale.spec import load_spec
     from tests.conftest import ROOT
 
@@ -300,7 +300,7 @@ def test_another_actuator_adopts_the_recorded_workers_and_stops_them(tmp_path: P
 
 def test_the_drainer_stops_the_least_loaded_worker_and_follows_it_to_its_exit(
         tmp_path: Path) -> None:
-    from controller._drain import Drainer
+    from pdscale.controller._drain import Drainer
 
     world, clock = World(), FakeClock()
     act = actuator(world, clock, tmp_path, kill_after_s=20.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from alerts import alert_defs
-from controller._webhook import AlertReceiver
+from pdscale.alerts import alert_defs
+from pdscale.controller._webhook import AlertReceiver
 from pdscale.spec import ReactionAction, ReactionSettings, Spec
 
 
@@ -36,7 +36,7 @@ def test_every_reaction_rule_matches_a_generated_critical_alert(example: tuple[s
 def test_a_missing_group_the_controller_does_not_read_only_pages() -> None:
     """Without a DCGM exporter the gpu group is absent for good: holding scale-down on it
     would keep every pool at its peak forever. Only the controller's inputs hold."""
-    from controller._webhook import AlertmanagerAlert
+    from pdscale.controller._webhook import AlertmanagerAlert
     from pdscale.spec import parse_spec
     from tests.controller.test_api import SPEC
 
@@ -56,8 +56,8 @@ def test_a_missing_group_the_controller_does_not_read_only_pages() -> None:
 
 
 def _receiver(spec: Spec) -> AlertReceiver:
-    from controller._reconciler import Overrides
-    from telemetry import ControllerTelemetry
+    from pdscale.controller._reconciler import Overrides
+    from pdscale.telemetry import ControllerTelemetry
 
     return AlertReceiver(spec, overrides=Overrides(), now=lambda: 0.0,
                          telemetry=ControllerTelemetry(spec, identity="t"),

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from controller._recommend import hpa_manifests, keda_manifests
+from pdscale.controller._recommend import hpa_manifests, keda_manifests
 from pdscale.spec import Spec
 
 

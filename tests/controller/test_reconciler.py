@@ -10,11 +10,11 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from controller import ForecastStage, build_forecasts, build_policy
-from controller._constraints import Constraints
-from controller._reconciler import Reconciler
+from pdscale.controller import ForecastStage, build_forecasts, build_policy
+from pdscale.controller._constraints import Constraints
+from pdscale.controller._reconciler import Reconciler
 from pdscale.spec import Role, Spec, parse_spec
-from telemetry import ControllerTelemetry, Signal
+from pdscale.telemetry import ControllerTelemetry, Signal
 from tests.controller.memory_cluster import ManualClock, MemoryCluster
 
 SPEC = """
@@ -252,10 +252,10 @@ def test_budget_and_ratio_apply_in_the_loop() -> None:
 def test_the_controller_exports_every_series_its_dashboards_and_alerts_read() -> None:
     """The autoscaler dashboard and the control-plane alert read pdscale's own series: after a
     tick with forecasts, staleness and an alert reaction, every one of them is exported."""
-    from alerts import alerting_groups
-    from controller._webhook import AlertmanagerAlert, AlertReceiver
-    from dashboards import build_dashboards, panel_queries
-    from telemetry import CONTROL_PLANE_METRICS, metric_names_in
+    from pdscale.alerts import alerting_groups
+    from pdscale.controller._webhook import AlertmanagerAlert, AlertReceiver
+    from pdscale.dashboards import build_dashboards, panel_queries
+    from pdscale.telemetry import CONTROL_PLANE_METRICS, metric_names_in
 
     spec = _spec("gpu_budget: 40\n")
     rec, cluster, clock = _reconciler(spec)
@@ -307,8 +307,8 @@ def _counter(text: str, name: str, **labels: str) -> float:
 
 
 def test_data_health_reads_sample_age_and_targets() -> None:
-    from controller._cluster import data_health
-    from telemetry import Signal, SignalValue
+    from pdscale.controller._cluster import data_health
+    from pdscale.telemetry import Signal, SignalValue
 
     fresh = {Signal.SAMPLE_AGE_S: SignalValue(1.0, 0.5), Signal.TARGETS_UP: SignalValue(3, 0.5),
              Signal.TARGETS: SignalValue(3, 0.5)}
@@ -324,8 +324,13 @@ def test_data_health_reads_sample_age_and_targets() -> None:
 
 
 def test_a_degraded_pool_is_never_scaled_down_but_may_grow() -> None:
-    from controller._interface import Observation, PoolDecision, PoolObservation, PoolReplicas
-    from controller._reconciler import hold_degraded
+    from pdscale.controller._interface import (
+        Observation,
+        PoolDecision,
+        PoolObservation,
+        PoolReplicas,
+    )
+    from pdscale.controller._reconciler import hold_degraded
     from pdscale.spec import Role
 
     key = ("s", Role.PREFILL)

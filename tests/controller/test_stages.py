@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from controller import (
+from pdscale.controller import (
     Cause,
     ForecastStage,
     NoForecast,
@@ -21,7 +21,7 @@ from controller import (
     size,
     stabilise,
 )
-from controller._sizing import running_spread
+from pdscale.controller._sizing import running_spread
 from pdscale.spec import ControllerSettings, Role
 
 KEY = ("svc", Role.PREFILL)

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
 
-from controller._api import create_app
-from controller._runtime import Controller, is_loopback, reader_from_spec
+from pdscale.controller._api import create_app
+from pdscale.controller._runtime import Controller, is_loopback, reader_from_spec
 from pdscale.spec import Spec, parse_spec
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.controller.memory_cluster import ManualClock
@@ -222,7 +222,7 @@ def test_deeply_nested_json_is_a_400_not_a_500(env: Env) -> None:
 
 
 def test_a_refused_connection_is_not_reported_as_a_timeout() -> None:
-    from telemetry import PrometheusReader, PrometheusUnavailable
+    from pdscale.telemetry import PrometheusReader, PrometheusUnavailable
     from tests.conftest import free_port
 
     reader = PrometheusReader(f"http://127.0.0.1:{free_port()}", timeout_s=2)

@@ -5,7 +5,7 @@ import json
 import yaml
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards import build_dashboards, dashboard_files, panel_queries
+from pdscale.dashboards import build_dashboards, dashboard_files, panel_queries
 from pdscale.spec import Spec
 
 EXPECTED = {"overview", "prefill", "decode", "cache", "gpus", "autoscaler"}
@@ -101,7 +101,7 @@ def test_controller_health_panels_have_one_unit_each(example: tuple[str, Spec]) 
 
 def test_the_drain_panel_comes_with_drains_and_reads_known_series() -> None:
     from pdscale.spec import parse_spec
-    from telemetry import CONTROL_PLANE_METRICS, metric_names_in
+    from pdscale.telemetry import CONTROL_PLANE_METRICS, metric_names_in
     from tests.conftest import ROOT
 
     base = (ROOT / "examples" / "vllm.yaml").read_text()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pdscale._servers import alertmanager_argv, find_binary, prometheus_argv, wait_ready
-from telemetry import KNOWN_METRICS
+from pdscale.telemetry import KNOWN_METRICS
 
 _BUCKETS = (0.001, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

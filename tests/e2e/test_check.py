@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from pdscale.cli import main
+from pdscale.simulator import EventSimulator, synthetic_trace
+from pdscale.simulator._live import LiveCluster, serve_live
+from pdscale.simulator._simulate import SimOptions, prepare
 from pdscale.spec import Role, Spec, load_spec, parse_spec
-from simulator import EventSimulator, synthetic_trace
-from simulator._live import LiveCluster, serve_live
-from simulator._simulate import SimOptions, prepare
 from tests.conftest import ROOT, free_port, need_tool
 from tests.e2e.prom import api, eventually, prometheus
 

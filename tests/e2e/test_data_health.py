@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from alerts import alert_files
-from controller._reconciler import SystemClock
-from controller._runtime import Controller, reader_from_spec
 from pdscale._servers import write_rule_files
+from pdscale.alerts import alert_files
+from pdscale.controller._reconciler import SystemClock
+from pdscale.controller._runtime import Controller, reader_from_spec
 from pdscale.spec import Role, parse_spec
 from tests.conftest import free_port, need_tool
 from tests.controller.kube_standin import ApiState, api_standin

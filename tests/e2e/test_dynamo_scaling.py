@@ -28,10 +28,10 @@ import pytest
 import yaml
 
 from pdscale._stackrun import StackRun
+from pdscale.simulator._replay import ReplayOptions, ReplayResult, replay, vocabulary_from_model
+from pdscale.simulator._stack import DynamoNotInstalled, dynamo_python
+from pdscale.simulator._trace import Trace
 from pdscale.spec import Role, Spec, parse_spec
-from simulator._replay import ReplayOptions, ReplayResult, replay, vocabulary_from_model
-from simulator._stack import DynamoNotInstalled, dynamo_python
-from simulator._trace import Trace
 from tests.conftest import ROOT, need_tool
 from tests.e2e.prom import eventually
 
@@ -85,7 +85,7 @@ def python() -> Path:
 
 
 def _spec(tmp_path: Path, *, kv_tokens: int | None = None) -> Spec:
-    profile = yaml.safe_load((ROOT / "controller" / "profiles" /
+    profile = yaml.safe_load((ROOT / "pdscale" / "controller" / "profiles" /
                               "dynamo-mocker-1.6.1.yaml").read_text())
     if kv_tokens is not None:
         profile["kv_capacity_tokens"] = kv_tokens

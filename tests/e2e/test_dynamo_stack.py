@@ -25,13 +25,13 @@ import httpx
 import numpy as np
 import pytest
 
-from controller._kube import ScaleStatus
-from controller._process import sum_metric
 from pdscale._servers import alive
+from pdscale.controller._kube import ScaleStatus
+from pdscale.controller._process import sum_metric
+from pdscale.simulator._replay import ReplayOptions, replay, vocabulary_from_model
+from pdscale.simulator._stack import DynamoNotInstalled, DynamoStack, dynamo_python
+from pdscale.simulator._trace import Trace
 from pdscale.spec import Role, ServiceSpec, load_spec
-from simulator._replay import ReplayOptions, replay, vocabulary_from_model
-from simulator._stack import DynamoNotInstalled, DynamoStack, dynamo_python
-from simulator._trace import Trace
 from tests.conftest import ROOT, free_port, need_tool
 from tests.e2e.prom import api, prometheus
 
@@ -352,8 +352,8 @@ def test_a_drained_scale_down_under_load_fails_nothing_and_stops_the_least_loade
     the streams of the worker it stops."""
     from collections.abc import Mapping
 
-    from controller._drain import Drainer
-    from telemetry import PodWork
+    from pdscale.controller._drain import Drainer
+    from pdscale.telemetry import PodWork
 
     stack = make_stack(replicas={P: 1, D: 3}, cold_start_s={P: 0.0, D: 0.0}, kill_after_s=60)
     act, key = stack.actuator, stack.keys()[D]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts import alertmanager_config
+from pdscale.alerts import alertmanager_config
 from pdscale.spec import parse_spec
 from tests.conftest import ROOT, free_port, need_tool
 from tests.e2e.prom import alertmanager, api, eventually

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from alerts import alert_files
 from pdscale._servers import write_rule_files
+from pdscale.alerts import alert_files
+from pdscale.simulator import EventSimulator, synthetic_trace
+from pdscale.simulator._live import LiveCluster, serve_live
+from pdscale.simulator._simulate import SimOptions, prepare
 from pdscale.spec import Role, load_spec
-from simulator import EventSimulator, synthetic_trace
-from simulator._live import LiveCluster, serve_live
-from simulator._simulate import SimOptions, prepare
 from tests.conftest import ROOT, free_port, need_tool
 from tests.e2e.prom import api, eventually, prometheus
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from alerts import alert_files, alerting_groups, recording_groups
-from dashboards import build_dashboards, panel_queries
 from pdscale._servers import write_rule_files
+from pdscale.alerts import alert_files, alerting_groups, recording_groups
+from pdscale.dashboards import build_dashboards, panel_queries
 from pdscale.spec import Engine, Role, Spec, load_spec
-from telemetry import dynamo_label_namespace
+from pdscale.telemetry import dynamo_label_namespace
 from tests.conftest import EXAMPLES, free_port, need_tool
 from tests.e2e.prom import api, exporter, prometheus
 
@@ -174,7 +174,7 @@ def test_panels_show_data_for_the_examples(stack: Any) -> None:
 
 
 def test_reader_reads_every_pool_with_one_query_per_signal(stack: Any) -> None:
-    from telemetry import PrometheusReader, Signal
+    from pdscale.telemetry import PrometheusReader, Signal
 
     url, specs = stack
     _wait_rules_evaluated(url)
@@ -197,8 +197,8 @@ def test_reader_reads_every_pool_with_one_query_per_signal(stack: Any) -> None:
 
 
 def test_reader_history_in_chunks(stack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import telemetry._reader as reader_module
-    from telemetry import PrometheusReader, Signal
+    import pdscale.telemetry._reader as reader_module
+    from pdscale.telemetry import PrometheusReader, Signal
 
     url, specs = stack
     _wait_rules_evaluated(url)
@@ -215,7 +215,7 @@ def test_per_pod_work_and_the_drain_panel_against_a_real_prometheus(stack: Any) 
     """The drain reads each pod's work with the catalog's expressions grouped by pod: a real
     Prometheus evaluates the query and answers per pod, with a fresh sample time; the drain
     panel's queries are accepted too."""
-    from telemetry import PrometheusReader, read_pod_work
+    from pdscale.telemetry import PrometheusReader, read_pod_work
 
     url, specs = stack
     _wait_rules_evaluated(url)

@@ -30,16 +30,16 @@ import pytest
 import uvicorn
 from kubernetes import client as k8s
 
-from alerts import alert_files, alertmanager_config
-from controller._api import create_app
-from controller._reconciler import SystemClock
-from controller._runtime import Controller, reader_from_spec
 from pdscale._servers import write_rule_files
+from pdscale.alerts import alert_files, alertmanager_config
+from pdscale.controller._api import create_app
+from pdscale.controller._reconciler import SystemClock
+from pdscale.controller._runtime import Controller, reader_from_spec
+from pdscale.simulator import EventSimulator
+from pdscale.simulator._live import LiveCluster, serve_live
+from pdscale.simulator._simulate import SimOptions, prepare
+from pdscale.simulator._trace import Trace
 from pdscale.spec import Role, parse_spec
-from simulator import EventSimulator
-from simulator._live import LiveCluster, serve_live
-from simulator._simulate import SimOptions, prepare
-from simulator._trace import Trace
 from tests.conftest import free_port, need_tool
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.e2e.prom import alertmanager, eventually, prometheus

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from forecasting import (
+from pdscale.forecasting import (
     AutoForecaster,
     ExponentialSmoothing,
     LastValue,
@@ -351,7 +351,7 @@ def test_bad_input_is_refused_clearly() -> None:
 
 
 def test_online_updates_between_scheduled_refits() -> None:
-    from forecasting import OnlineForecaster
+    from pdscale.forecasting import OnlineForecaster
 
     t, y = daily_series(3)
     online = OnlineForecaster(QuantileGBForecaster(resolution_s=RES, horizons_s=(600, 1800)),
@@ -373,7 +373,7 @@ def test_online_updates_between_scheduled_refits() -> None:
 def test_online_fast_paths_match_update_and_predict_quantiles() -> None:
     """The online loop appends and forecasts without sklearn's input validation; what it gets
     is what update() and predict_quantiles() give, gaps and missing values included."""
-    from forecasting import OnlineForecaster
+    from pdscale.forecasting import OnlineForecaster
 
     t, y = daily_series(3)
     y = y.copy()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forecasting import (
+from pdscale.forecasting import (
     SeriesError,
     level_shifts,
     regularize,

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forecasting import LastValue, SeriesError, backtest, regularize, series_from_requests
 from pdscale._cli import forecast
 from pdscale.cli import build_parser, main
+from pdscale.forecasting import LastValue, SeriesError, backtest, regularize, series_from_requests
 
 T0 = 1_700_000_000  # epoch seconds, November 2023
 

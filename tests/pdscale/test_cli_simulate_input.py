@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdscale.cli import build_parser, main
-from simulator import TraceError, load_trace
+from pdscale.simulator import TraceError, load_trace
 from tests.conftest import ROOT
 
 VLLM = str(ROOT / "examples" / "vllm.yaml")
@@ -313,7 +313,7 @@ def _main_under_ctrl_c(argv: list[str]) -> int:
 def test_ctrl_c_while_simulating_writes_nothing(command: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    import simulator
+    import pdscale.simulator as simulator
 
     monkeypatch.setattr(simulator, "simulate" if command == "simulate" else "compare_policies",
                         _interrupt)

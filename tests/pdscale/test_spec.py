@@ -179,7 +179,7 @@ def test_a_relative_profile_path_is_the_file_beside_the_spec(
     folder = tmp_path / "team"
     folder.mkdir()
     (folder / "mine.yaml").write_text(
-        (ROOT / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml").read_text())
+        (ROOT / "pdscale" / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml").read_text())
     raw = _raw()
     raw["services"][0]["pools"]["prefill"]["profile"] = "mine.yaml"
     (folder / "spec.yaml").write_text(yaml.safe_dump(raw))

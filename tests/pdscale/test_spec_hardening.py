@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alerts import ScenarioError, alert_files
+from pdscale.alerts import ScenarioError, alert_files
 from pdscale.cli import main
 from pdscale.spec import Spec, SpecError, load_spec, parse_spec, regex_examples
 from tests.conftest import ROOT
@@ -100,7 +100,7 @@ def test_a_model_name_that_cannot_be_quoted_is_refused() -> None:
 def test_validate_refuses_what_generate_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """validate renders everything generate would, so a refusal there is a refusal here."""
-    import alerts
+    import pdscale.alerts as alerts
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(BASE)

@@ -100,8 +100,8 @@ def test_simulate_shared_traces(trace: str, tmp_path: Path) -> None:
 
 def test_prompts_are_clipped_where_asked(tmp_path: Path) -> None:
     # A stack replay clips prompts at the model's context; the simulator can clip them alike.
+    from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
 
     trace = tmp_path / "long.csv"
     rows = [f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.0,{40000 + 100 * i},20" for i in range(120)]

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pdscale.simulator import PoolSetup, SimSetup, load_profile, run_event
+from pdscale.simulator._setup import ColdStarts
 from pdscale.spec import Role, cold_start_quantile
-from simulator import PoolSetup, SimSetup, load_profile, run_event
-from simulator._setup import ColdStarts
 from tests.conftest import ROOT
 from tests.simulator.test_event import _Script, _trace
 
@@ -59,7 +59,7 @@ def test_replicas_become_ready_at_drawn_times() -> None:
 
 
 def test_the_spec_gives_a_spread_and_the_policy_plans_with_its_p90() -> None:
-    from controller import build_policy
+    from pdscale.controller import build_policy
     from pdscale.spec import SpecError, parse_spec
 
     text = (EXAMPLE.read_text())

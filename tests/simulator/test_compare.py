@@ -40,10 +40,10 @@ def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
 
 
 def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> None:
-    from controller import PdscalePolicy
+    from pdscale.controller import PdscalePolicy
+    from pdscale.simulator import SimOptions
+    from pdscale.simulator._simulate import prepare
     from pdscale.spec import load_spec
-    from simulator import SimOptions
-    from simulator._simulate import prepare
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     tuned = spec.model_copy(update={"controller": spec.controller.model_copy(update={
@@ -68,8 +68,8 @@ def test_the_simulated_controller_runs_with_the_spec_s_controller_settings() -> 
 def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constraints() -> None:
     """A GPU budget in the spec caps every policy in the simulator as in a cluster, and each
     decision is the reconciler's (its cause recorded)."""
+    from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     options = SimOptions(policy="reactive", duration_s=1800.0, scale=3.0, cold_start_s=30.0)
@@ -90,8 +90,8 @@ def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constrain
 def test_a_simulated_run_is_deterministic_refits_included() -> None:
     """Refits run in the reconciler's foreground on the simulated clock: the same run twice
     gives the same decisions, forecasts included."""
+    from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
 
     spec = load_spec(ROOT / "examples" / "vllm.yaml")
     options = SimOptions(policy="pdscale", mode="fluid", duration_s=3 * 3600.0, scale=2.0)
@@ -108,10 +108,10 @@ def test_a_failing_policy_stops_the_simulation_loudly() -> None:
     the run stops and says what failed."""
     import pytest
 
-    from controller import Observation, PoolDecision, PoolKey
+    from pdscale.controller import Observation, PoolDecision, PoolKey
+    from pdscale.simulator import SimOptions, simulate
+    from pdscale.simulator._world import SimulationError
     from pdscale.spec import load_spec
-    from simulator import SimOptions, simulate
-    from simulator._world import SimulationError
 
     class Broken:
         name = "broken"

@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from controller import Observation, PoolDecision, PoolKey
+from pdscale.controller import Observation, PoolDecision, PoolKey
+from pdscale.simulator import EventSimulator, PoolSetup, SimSetup, Trace, load_profile, run_event
+from pdscale.simulator._policies import StaticPolicy
 from pdscale.spec import Role
-from simulator import EventSimulator, PoolSetup, SimSetup, Trace, load_profile, run_event
-from simulator._policies import StaticPolicy
-from telemetry import RATE_WINDOW_S, Signal
+from pdscale.telemetry import RATE_WINDOW_S, Signal
 from tests.conftest import SHARED
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
@@ -279,7 +279,7 @@ def test_failure_loses_a_replica_and_its_work_is_redone() -> None:
 
 @pytest.mark.skipif(not (SHARED / "traces").exists(), reason="../shared/traces is absent")
 def test_prefix_aware_routing_raises_the_cache_hit_rate() -> None:
-    from simulator import load_trace
+    from pdscale.simulator import load_trace
 
     trace = load_trace(SHARED / "traces" / "mooncake_fast25_conversation_trace.jsonl.gz")
     trace = trace.window(0, 900)

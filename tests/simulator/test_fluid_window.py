@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from simulator._fluid import _Window
+from pdscale.simulator._fluid import _Window
 
 
 def _hist(bin_: int, n: float, bins: int = 6) -> np.ndarray:

@@ -9,11 +9,11 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from pdscale.simulator import EventSimulator, synthetic_trace
+from pdscale.simulator._live import LiveCluster
+from pdscale.simulator._simulate import SimOptions, prepare
 from pdscale.spec import Engine, Role, ServiceSpec, load_spec
-from simulator import EventSimulator, synthetic_trace
-from simulator._live import LiveCluster
-from simulator._simulate import SimOptions, prepare
-from telemetry import engine_signals, series_refs, slo_bucket_ref
+from pdscale.telemetry import engine_signals, series_refs, slo_bucket_ref
 from tests.conftest import ROOT
 
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}\s')

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator import ProfileError, builtin_profiles, load_profile
+from pdscale.simulator import ProfileError, builtin_profiles, load_profile
 from tests.conftest import SHARED
 
 CALIBRATION = SHARED / "calibration"
@@ -61,7 +61,7 @@ def test_the_mocker_charges_an_iteration_on_its_total_tokens() -> None:
 
 
 def test_a_profile_with_an_unknown_attention_scope_is_refused(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
+    text = (Path(__file__).resolve().parents[2] / "pdscale" / "controller" / "profiles" /
             "dynamo-mocker-1.6.1.yaml").read_text()
     path = tmp_path / "odd.yaml"
     path.write_text(text.replace("prefill_attention: iteration", "prefill_attention: chunk"))
@@ -73,7 +73,7 @@ def test_a_profile_with_an_unknown_attention_scope_is_refused(tmp_path: Path) ->
 
 
 def test_the_frontend_share_per_prompt_token_is_optional_and_checked(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
+    text = (Path(__file__).resolve().parents[2] / "pdscale" / "controller" / "profiles" /
             "dynamo-mocker-1.6.1.yaml").read_text()
     mocker = load_profile("dynamo-mocker-1.6.1")
     assert mocker.overhead_ms(10000) == pytest.approx(
@@ -110,7 +110,7 @@ def test_h200_profile_reproduces_the_dynamo_measurements() -> None:
 
 
 def test_user_profile_file(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parents[2] / "controller" / "profiles" /
+    text = (Path(__file__).resolve().parents[2] / "pdscale" / "controller" / "profiles" /
             "h100-80gb-llama-3.1-8b.yaml").read_text().replace("name: h100-80gb-llama-3.1-8b",
                                                                "name: mine")
     path = tmp_path / "mine.yaml"

@@ -12,8 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from pdscale.spec import Spec, load_spec
-from simulator._replay import (
+from pdscale.simulator._replay import (
     PromptBuilder,
     ReplayError,
     ReplayOptions,
@@ -22,9 +21,10 @@ from simulator._replay import (
     summarize,
     vocabulary_from_model,
 )
-from simulator._stack import DynamoStack, StackError
-from simulator._tinymodel import CHAT_TEMPLATE, build_tiny_model, tiny_vocabulary
-from simulator._trace import Trace
+from pdscale.simulator._stack import DynamoStack, StackError
+from pdscale.simulator._tinymodel import CHAT_TEMPLATE, build_tiny_model, tiny_vocabulary
+from pdscale.simulator._trace import Trace
+from pdscale.spec import Spec, load_spec
 from tests.conftest import ROOT
 
 

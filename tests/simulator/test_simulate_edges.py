@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pdscale.simulator import SimOptions, simulate
 from pdscale.spec import Role, parse_spec
-from simulator import SimOptions, simulate
 from tests.conftest import ROOT
 
 BASE = yaml.safe_load((ROOT / "examples" / "vllm.yaml").read_text())
@@ -119,7 +119,7 @@ def test_a_simulated_service_shares_the_budget_with_the_others_minimums() -> Non
 def test_a_synthetic_window_far_out_is_refused_not_built() -> None:
     """--start 999999999 on the synthetic trace generated every request from t=0 (it hung;
     --start 864000 took 1.3 GB)."""
-    from simulator import TraceError
+    from pdscale.simulator import TraceError
 
     with pytest.raises(TraceError, match="synthetic trace runs up to 14 days"):
         simulate(_spec(), SimOptions(policy="static", start_s=999_999_999.0,
@@ -158,7 +158,7 @@ def test_fluid_mode_waits_for_the_replacement_not_forever() -> None:
 def test_fluid_modes_first_sample_is_measured_and_idle_before_is_refused() -> None:
     """Fluid mode samples after its first step: that sample is data, kept; event mode's first
     sample, at t=0, closes a window nothing was simulated in, and is no data."""
-    from simulator._simulate import prepare, world_for
+    from pdscale.simulator._simulate import prepare, world_for
 
     seen = {}
     for mode in ("fluid", "event"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import TraceError, load_trace, synthetic_trace, trace_stats
-from simulator._servegen import load_servegen
+from pdscale.simulator import TraceError, load_trace, synthetic_trace, trace_stats
+from pdscale.simulator._servegen import load_servegen
 from tests.conftest import SHARED
 
 TRACES = SHARED / "traces"

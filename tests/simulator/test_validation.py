@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdscale.spec import Role
-from simulator import (
+from pdscale.simulator import (
     OraclePolicy,
     PoolSetup,
     SimSetup,
@@ -24,6 +23,7 @@ from simulator import (
     size_for_peak,
     synthetic_trace,
 )
+from pdscale.spec import Role
 
 H100 = load_profile("h100-80gb-llama-3.1-8b")
 

@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from alerts import alerting_groups, recording_groups
-from dashboards import build_dashboards, panel_queries
+from pdscale.alerts import alerting_groups, recording_groups
+from pdscale.dashboards import build_dashboards, panel_queries
 from pdscale.spec import Engine, Role, Spec
-from telemetry import (
+from pdscale.telemetry import (
     KNOWN_METRICS,
     Signal,
     UnknownSignal,
@@ -108,7 +108,13 @@ def test_le_matcher(threshold: float, matcher: str) -> None:
 def test_the_rate_window_is_the_recorded_series_window() -> None:
     """The simulator computes its signals over RATE_WINDOW_S; the recording rules must record
     over the same window, or the benchmark measures a smoothing the controller never sees."""
-    from telemetry import RATE_WINDOW, RATE_WINDOW_S, RECENT_WINDOW, RECENT_WINDOW_S, signal_def
+    from pdscale.telemetry import (
+        RATE_WINDOW,
+        RATE_WINDOW_S,
+        RECENT_WINDOW,
+        RECENT_WINDOW_S,
+        signal_def,
+    )
 
     assert RATE_WINDOW_S == 300.0 and RATE_WINDOW == "5m"
     assert RECENT_WINDOW_S == 60.0 and RECENT_WINDOW == "1m"
@@ -135,7 +141,7 @@ def test_the_rate_window_is_the_recorded_series_window() -> None:
 
 
 def test_derived_signals_divide_token_rates_by_the_request_rate() -> None:
-    from telemetry import derive_signals
+    from pdscale.telemetry import derive_signals
 
     out = derive_signals({Signal.REQUEST_RATE: 4.0, Signal.PROMPT_TOKENS_PER_S: 4000.0,
                           Signal.GENERATION_TOKENS_PER_S: None})
@@ -146,7 +152,7 @@ def test_derived_signals_divide_token_rates_by_the_request_rate() -> None:
 
 def test_the_recent_signals_change_only_the_window_not_the_selectors() -> None:
     """``$w`` is the window; ``$wrk`` (a Dynamo worker's selector) must survive untouched."""
-    from telemetry._catalog import _recent
+    from pdscale.telemetry._catalog import _recent
 
     got = _recent({Signal.TTFT_P95_S: "q(x{$wrk}[$w])", Signal.PROMPT_TOKENS_PER_S: "r{$eng}[$w]"},
                   Role.PREFILL)
@@ -161,7 +167,7 @@ def test_the_dispersion_differences_the_counter_for_prefill_pools_only() -> None
     extrapolation would inflate the variance); its consecutive differences remove a trend;
     the rule keeps a value only while every series' median window held two samples; decode
     has none."""
-    from telemetry._catalog import _recent
+    from pdscale.telemetry._catalog import _recent
 
     table = {Signal.PROMPT_TOKENS_PER_S: "sum by (namespace) (rate(c{$eng}[$w]))"}
     fine = _recent(table, Role.PREFILL)[Signal.PROMPT_TOKENS_DISPERSION]

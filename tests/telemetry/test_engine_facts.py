@@ -13,8 +13,8 @@ from pdscale._engines import (
     suggest_dynamo_setting,
 )
 from pdscale.spec import Role, ServiceSpec, Spec, load_spec
-from telemetry import Signal, engine_signals, pool_expr
-from telemetry._catalog import OPTIONAL_METRICS, series_refs
+from pdscale.telemetry import Signal, engine_signals, pool_expr
+from pdscale.telemetry._catalog import OPTIONAL_METRICS, series_refs
 from tests.conftest import ROOT
 
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pdscale.spec import load_spec
-from telemetry import (
+from pdscale.telemetry import (
     PrometheusAuth,
     PrometheusQueryError,
     PrometheusReader,
@@ -147,7 +147,7 @@ class _Canned(BaseHTTPRequestHandler):
 
 def test_pod_work_is_read_per_pod_in_one_query_and_stale_pods_are_unknown() -> None:
     from pdscale.spec import Role
-    from telemetry import pod_work_query, read_pod_work
+    from pdscale.telemetry import pod_work_query, read_pod_work
 
     now = 1_800_000_000.0
 
@@ -180,7 +180,7 @@ def test_pod_work_is_read_per_pod_in_one_query_and_stale_pods_are_unknown() -> N
     assert work["p-1"].running == 0 and work["p-1"].waiting is None  # NaN is not zero
     assert work["p-2"].running is None and work["p-2"].sample_time_s == now - 600
 def test_errors_belong_to_the_tree_the_reconciler_classifies_by() -> None:
-    from controller._reconciler import AdapterError
+    from pdscale.controller._reconciler import AdapterError
     from pdscale.errors import GiveUp, RetryLater
 
     assert issubclass(PrometheusUnavailable, RetryLater)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pdscale.spec import Engine, Role, ServiceSpec, Spec
-from telemetry import SeriesRef, engine_signals, pool_expr, series_refs, slo_bucket_ref
+from pdscale.telemetry import SeriesRef, engine_signals, pool_expr, series_refs, slo_bucket_ref
 from tests.conftest import SHARED
 from tests.telemetry.reference_lists import Exposed, family_of, released, scrape
 

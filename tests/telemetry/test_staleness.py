@@ -5,7 +5,7 @@ on it), never the last good age frozen."""
 from __future__ import annotations
 
 from pdscale.spec import Role, parse_spec
-from telemetry import ControllerTelemetry, Signal
+from pdscale.telemetry import ControllerTelemetry, Signal
 
 SPEC = parse_spec("""
 version: 1

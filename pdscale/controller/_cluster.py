@@ -1,0 +1,152 @@
+"""The controller in a cluster: observations from Prometheus and Kubernetes, the policy built
+from the spec, and history warm-up at start-up.
+
+Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIST per
+(namespace, workload kind) for the replicas: neither count grows with the pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pdscale.controller._forecast import ForecastStage
+from pdscale.controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
+from pdscale.controller._kube import KubeScaleActuator
+from pdscale.controller._perf import uncached_prefill_demand
+from pdscale.controller._reconciler import AdapterError, SourceResult
+from pdscale.controller._simbackend import SimBackend
+from pdscale.spec import Role, Spec
+from pdscale.telemetry import (
+    PrometheusQueryError,
+    PrometheusReader,
+    PrometheusUnavailable,
+    Signal,
+    SignalValue,
+    derive_signals,
+)
+
+__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
+           "warm_from_history"]
+
+POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
+                  Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
+                  Signal.QUEUE_DEPTH, Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_COMPUTED_PER_S,
+                  Signal.TTFT_P95_RECENT_S, Signal.PROMPT_TOKENS_PEAK_PER_S,
+                  Signal.PROMPT_TOKENS_DISPERSION,
+                  Signal.KV_CACHE_USAGE_RATIO, Signal.RUNNING_REQUESTS)
+"""What the policy reads each tick (one query each, for all pools)."""
+HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
+"""How old the pool's engine samples are and how many of its scrape targets answer: read
+with the policy's signals, they decide whether those can be trusted."""
+
+
+def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float
+                ) -> tuple[float | None, str | None]:
+    """(age of the pool's newest engine sample, why the data is degraded or None).
+
+    The recorded signals are rates over minutes: when a target dies they keep a value for
+    minutes, falling as the window empties, and the recording rule's own timestamp stays
+    fresh. The engine samples' age and the targets' health show the death within one scrape
+    interval (Prometheus marks a dead target's series stale at its first failed scrape)."""
+    age_v = values.get(Signal.SAMPLE_AGE_S)
+    age = None
+    if age_v is not None and age_v.value is not None and age_v.age_s is not None:
+        age = max(0.0, age_v.value) + age_v.age_s
+    up = values.get(Signal.TARGETS_UP)
+    total = values.get(Signal.TARGETS)
+    why = []
+    if up is not None and total is not None and up.value is not None and total.value \
+            and up.value < total.value:
+        why.append(f"{total.value - up.value:.0f} of {total.value:.0f} scrape targets down")
+    if age is None:
+        why.append("no fresh engine sample (every target gone, or the "
+                   f"{Signal.SAMPLE_AGE_S.value} rule missing)")
+    elif age > stale_after_s:
+        why.append(f"newest engine sample {age:.0f}s old (stale after {stale_after_s:.0f}s)")
+    return age, "; ".join(why) or None
+
+
+def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | None]:
+    """The read values, with the derived signals (mean lengths over the rate window)."""
+    return derive_signals({sig: v.value for sig, v in values.items()})
+
+
+class ClusterSource:
+    def __init__(self, spec: Spec, reader: PrometheusReader,
+                 kube: KubeScaleActuator | SimBackend, *,
+                 extra_signals: Sequence[Signal] = ()) -> None:
+        self.spec = spec
+        self.reader = reader
+        self.kube = kube
+        self.signals = POLICY_SIGNALS + tuple(s for s in extra_signals
+                                              if s not in POLICY_SIGNALS + HEALTH_SIGNALS)
+        """The signals the policy reads (pdscale's, and any a baseline policy adds)."""
+
+    def observe(self, now_s: float) -> SourceResult:
+        errors: list[AdapterError] = []
+        try:
+            signals = self.reader.read(self.spec, self.signals + HEALTH_SIGNALS, at_s=now_s)
+        except (PrometheusUnavailable, PrometheusQueryError) as exc:
+            errors.append(AdapterError.from_exception(exc, None, now_s))
+            signals = {}
+        pools: dict[PoolKey, PoolObservation] = {}
+        staleness: dict[PoolKey, dict[Signal, float | None]] = {}
+        statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services
+                                            for role in s.pools])
+        for svc in self.spec.services:
+            for role, pool in svc.pools.items():
+                key = (svc.name, role)
+                status = statuses[key]
+                if isinstance(status, Exception):
+                    errors.append(AdapterError.from_scaling(status, key, now_s))
+                    continue
+                values = signals.get(key, {})
+                sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s)
+                if sample_age is None or sample_age > self.reader.stale_after_s:
+                    # No engine sample to trust: the rates still computed from the window's
+                    # older samples would read as falling demand. Withhold them.
+                    values = {sig: SignalValue(None, v.age_s) if sig in self.signals else v
+                              for sig, v in values.items()}
+                values = {sig: v for sig, v in values.items() if sig not in HEALTH_SIGNALS}
+                ages = [v.age_s for v in values.values() if v.age_s is not None]
+                staleness[key] = {sig: v.age_s for sig, v in values.items()}
+                staleness[key][Signal.SAMPLE_AGE_S] = sample_age
+                replicas = PoolReplicas(
+                    ready=status.ready, starting=max(0, status.desired - status.ready),
+                    draining=max(0, status.replicas - status.desired), desired=status.desired,
+                    min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+                    gpus_per_replica=pool.gpus_per_replica)
+                if sample_age is not None:
+                    data_time = now_s - sample_age
+                else:
+                    data_time = now_s - (min(ages) if ages else 0.0)
+                pools[key] = PoolObservation(key, replicas, _pool_signals(values), data_time,
+                                             degraded=degraded)
+        return SourceResult(Observation(now_s, pools), errors, staleness)
+
+
+def warm_from_history(spec: Spec, reader: PrometheusReader, forecasts: ForecastStage, *,
+                      now_s: float, history_s: float, step_s: float = 60.0
+                      ) -> dict[PoolKey, int]:
+    """Feed each pool's forecaster its demand history (prefill: uncached prompt tokens/s;
+    decode: generated tokens/s), so a restarted controller forecasts at once. Returns the
+    points taken per pool. Prometheus errors propagate: the caller decides to go on cold."""
+    start = now_s - history_s
+    prompt = reader.history(spec, Signal.PROMPT_TOKENS_PER_S, start_s=start, end_s=now_s,
+                            step_s=step_s)
+    hits = reader.history(spec, Signal.PREFIX_CACHE_HIT_RATIO, start_s=start, end_s=now_s,
+                          step_s=step_s)
+    gen = reader.history(spec, Signal.GENERATION_TOKENS_PER_S, start_s=start, end_s=now_s,
+                         step_s=step_s)
+    taken: dict[PoolKey, int] = {}
+    for key, (times, values) in prompt.items():
+        if key[1] is not Role.PREFILL:
+            continue
+        hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
+        uncached = [uncached_prefill_demand(v, hit_at.get(t))
+                    for t, v in zip(times, values, strict=True)]
+        taken[key] = forecasts.warm(key, times, uncached)
+    for key, (times, values) in gen.items():
+        if key[1] is Role.DECODE:
+            taken[key] = forecasts.warm(key, times, values)
+    return taken
