@@ -211,7 +211,8 @@ class Runner:
     run in a journal (one JSON line each) that a rerun with the same name reuses, so an
     interrupted suite loses nothing."""
 
-    def __init__(self, jobs: int, journal: Path | None = None) -> None:
+    def __init__(self, jobs: int, journal: Path | None = None, *,
+                 rerun: tuple[str, ...] = ()) -> None:
         self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
         self.done = 0
         self.reused = 0
@@ -221,7 +222,8 @@ class Runner:
             for line in journal.read_text().splitlines():
                 with contextlib.suppress(ValueError, KeyError):  # a line cut by a kill
                     row = json.loads(line)
-                    self.cache[row["key"]] = row["row"]
+                    if row["row"]["policy"].split("@")[0] not in rerun:
+                        self.cache[row["key"]] = row["row"]
         self.lock = threading.Lock()
 
     def map(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -518,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"folder of the shared traces (default: ${TRACES_ENV} or "
                         "../shared/traces; `pdscale trace fetch` downloads them)")
     parser.add_argument("--out", help="result name under bench/results (default: suite-<tier>)")
+    parser.add_argument("--rerun", metavar="POLICY,...",
+                        help="run these policies again instead of reusing the journal's runs "
+                        "of them (after a change to one: --rerun pdscale)")
     parser.add_argument("--fresh", action="store_true",
                         help="ignore the journal of finished runs (<out>.runs.jsonl) and run "
                         "everything again")
@@ -545,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     journal = RESULTS / f"{name}.runs.jsonl"
     if args.fresh:
         journal.unlink(missing_ok=True)
-    runner = Runner(args.jobs, journal)
+    rerun = tuple(p for p in (args.rerun or "").split(",") if p)
+    runner = Runner(args.jobs, journal, rerun=rerun)
     if runner.cache:
         print(f"reusing {len(runner.cache)} finished runs from {journal.name} "
               "(--fresh to start over)", file=sys.stderr)

@@ -14,4 +14,12 @@ echo "==> mypy --strict"
 echo "==> import-linter"
 .venv/bin/lint-imports
 echo "==> pytest"
-.venv/bin/pytest "$@"
+# Three workers on two cores: the end-to-end tests mostly wait on real servers, so they overlap
+# the CPU-bound ones. --dist loadfile keeps a file's tests (and its module-scoped servers) on
+# one worker. PDSCALE_TEST_WORKERS=0 runs in one process.
+workers=${PDSCALE_TEST_WORKERS:-3}
+if [ "$workers" = "0" ]; then
+  .venv/bin/pytest "$@"
+else
+  .venv/bin/pytest -n "$workers" --dist loadfile "$@"
+fi

@@ -82,6 +82,7 @@ def test_the_journal_keeps_finished_runs_for_a_rerun(tmp_path: Path) -> None:
     runner = S.Runner(1, journal)
     assert runner.map([job]) == [row]  # from the journal: nothing simulated
     assert runner.done == 0 and runner.reused == 1
+    assert S.Runner(1, journal, rerun=("pdscale",)).cache == {}  # to be run again
 
 
 def test_unknown_scenario_and_missing_traces_are_refused(tmp_path: Path,
