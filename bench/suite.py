@@ -159,11 +159,17 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     policy_name = "reactive" if job["policy"].startswith("reactive") else job["policy"]
     if job["policy"] == "best-fixed":
         policy_name = "static"
+    spec = load_spec(SPEC)
+    if job["policy"] == "pdscale-queueing":
+        # The same controller with the queueing model's sizing (controller.sizing.model).
+        policy_name = "pdscale"
+        controller = spec.controller.model_copy(update={
+            "sizing": spec.controller.sizing.model_copy(update={"model": "queueing"})})
+        spec = spec.model_copy(update={"controller": controller})
     options = SimOptions(trace=trace, mode=sc.mode, scale=sc.scale,  # type: ignore[arg-type]
                          cold_start_s=job["cold_start_s"], seed=job["seed"],
                          policy=policy_name, service=sc.service,
                          initial_replicas=job.get("initial"))
-    spec = load_spec(SPEC)
     started = time.perf_counter()
     override = None
     if job["policy"].startswith("reactive@"):
@@ -278,7 +284,10 @@ def search_best_fixed(sc: Scenario, seeds: list[int], traces: str, runner: Runne
             "evaluated": len(tried), "bounds": [p_max, d_max], "rows": rows}
 
 
-ADAPTIVE = ("pdscale", "dynamo", "oracle", *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
+ADAPTIVE = ("pdscale", "pdscale-queueing", "dynamo", "oracle",
+            *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
+"""``pdscale-queueing``: pdscale with ``controller.sizing.model: queueing``, measured beside
+the default until it replaces it."""
 
 
 def run_suite(scenarios: list[Scenario], seeds: list[int], cold_starts: list[float],
@@ -439,9 +448,9 @@ def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any
         lines += ["", f"## Started {title}", "",
                   "Attainment % / GPU-hours, mean ± seed spread. *reactive @ pdscale*: "
                   f"reactive's frontier (targets {swept}) at pdscale's GPU-hours.", "",
-                  "| scenario | cold s | best fixed | pdscale | reactive 0.6 | reactive @ pdscale "
-                  "| dynamo | oracle | targets |",
-                  "|---|---:|---|---|---|---:|---|---|---|"]
+                  "| scenario | cold s | best fixed | pdscale | pdscale (queueing) | reactive 0.6 "
+                  "| reactive @ pdscale | dynamo | oracle | targets |",
+                  "|---|---:|---|---|---|---|---:|---|---|---|"]
         for cell in summary["cells"]:
             if cell["start"] != start:
                 continue
@@ -453,7 +462,8 @@ def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any
             matched = cell["reactive_at_pdscale_gpu_hours"]
             targets = ", ".join(f"{k} {v}" for k, v in cell["targets"].items())
             lines.append(f"| {cell['scenario']} | {cell['cold_start_s']:g} | "
-                         f"{show('best-fixed')} | {show('pdscale')} | {show('reactive@0.6')} | "
+                         f"{show('best-fixed')} | {show('pdscale')} | "
+                         f"{show('pdscale-queueing')} | {show('reactive@0.6')} | "
                          f"{'undecided' if matched is None else f'{100 * matched:.2f}'} | "
                          f"{show('dynamo')} | {show('oracle')} | {targets} |")
     met = [v for c in summary["cells"] for v in c["targets"].values()]

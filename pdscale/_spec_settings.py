@@ -220,6 +220,31 @@ class ScaleDownDrainSettings(_Model):
         "within the pod's grace period")
 
 
+class SizingSettings(_Model):
+    """The queueing model's settings (``controller.sizing``): everything else it uses comes
+    from the pool's profile, its SLO or a measurement. The scale-up quantile, the
+    stabilisation window and the step down are the controller's own settings."""
+
+    model: Literal["rules", "queueing"] = Field(
+        default="rules", description="rules: the rule-based sizing; queueing: one queueing "
+        "model (prefill an M/G/c queue, decode Little's law in batches), see docs/sizing.md")
+    calibration_rate: float = Field(
+        default=0.2, gt=0, le=1, description="Share of the way the pool's correction moves "
+        "towards what one latency reading implies (0.2: about five readings to follow a "
+        "change, one noisy reading moves it a fifth)")
+    calibration_min: float = Field(
+        default=0.5, gt=0, le=1, description="Lowest correction of the profile's service "
+        "rate: a pool at most this much slower than its profile (an engine at half the "
+        "profile's speed is a profile to re-measure, not a load to chase)")
+    calibration_max: float = Field(
+        default=2.0, ge=1, description="Highest correction: at most this much faster than "
+        "the profile")
+    default_variability: float = Field(
+        default=2.0, gt=0, description="ca2 + cs2 (squared coefficients of variation of "
+        "prefill arrivals and service times) where the prompt tokens' dispersion is not "
+        "read: 2 is Poisson arrivals of exponentially varied prompts")
+
+
 class ControllerSettings(_Model):
     """How the in-cluster controller runs (``pdscale run``)."""
 
@@ -246,6 +271,8 @@ class ControllerSettings(_Model):
         "envelope whole for a third of this, then halving every third (that half-life "
         "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
         "window; bursts that came recently come again; 0 turns it off)")
+    sizing: SizingSettings = Field(default_factory=SizingSettings)
+    """The sizing model and its few settings."""
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     """Where and how the controller reads its signals."""
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)

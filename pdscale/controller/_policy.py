@@ -37,7 +37,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -63,6 +63,9 @@ from pdscale.controller._sizing import (
 from pdscale.controller._stabilise import PoolHistory, bound, stabilise
 from pdscale.spec import ControllerSettings, Role, Spec
 from pdscale.telemetry import DISPERSION_WINDOW_S, RATE_WINDOW_S, Signal
+
+if TYPE_CHECKING:
+    from pdscale.controller._model import QueueingPolicy
 
 __all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_forecasts",
            "build_policy"]
@@ -470,10 +473,18 @@ def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None 
 
 
 def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
-                 cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
+                 cold_start_s: Mapping[PoolKey, float] | None = None
+                 ) -> PdscalePolicy | QueueingPolicy:
     """pdscale's policy for every pool of the spec, configured by its ``controller``
-    section; ``forecasts`` (from :func:`build_forecasts`, None: size on the current demand)
-    is the stage the reconcile loop refits."""
+    section (``controller.sizing.model`` picks the sizing); ``forecasts`` (from
+    :func:`build_forecasts`, None: size on the current demand) is the stage the reconcile loop
+    refits."""
     pools = _pools(spec, cold_start_s)
+    if spec.controller.sizing.model == "queueing":
+        from pdscale.controller._model import QueueingPolicy
+
+        return QueueingPolicy(spec.controller, {k: m.profile for k, (m, _) in pools.items()},
+                              {k: m.slo_s for k, (m, _) in pools.items()},
+                              {k: c for k, (_, c) in pools.items()}, forecasts=forecasts)
     return PdscalePolicy(spec.controller, {k: m for k, (m, _) in pools.items()},
                          {k: c for k, (_, c) in pools.items()}, forecasts=forecasts)

@@ -27,9 +27,11 @@ percentile is ``N_q = N + z_q sqrt(N ca2)``. One replica runs the largest batch 
 step time at the mean context meets the ITL SLO and whose KV fits the cache (the profile's
 operating point), so the pool needs ``ceil(N_q / B)`` replicas.
 
-**A backlog** is sized in one decision: ``Q`` prompts waiting drain within the TTFT SLO when
-``c >= a + Q E[S] / SLO`` (each replica beyond the offered load drains ``1 / E[S]`` prompts a
-second); for decode, waiting sequences join the running ones.
+**A backlog** is sized in one decision: ``Q`` prompts waiting drain within ``H`` seconds when
+``c >= a + Q E[S] / H`` (each replica beyond the offered load drains ``1 / E[S]`` prompts a
+second). ``H`` is the TTFT SLO, or the pool's lead where that is longer: replicas asked now
+are ready only after it, so no count drains the queue sooner. For decode, ``W`` waiting
+sequences add ``W E[O] t_step / H`` running ones (each holds a slot for its output).
 """
 
 from __future__ import annotations
@@ -120,11 +122,12 @@ class Sized:
 
 
 def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
-                     queued: float = 0.0) -> Sized:
+                     queued: float = 0.0, drain_s: float | None = None) -> Sized:
     """The fewest replicas (1 to ``max_replicas``) whose predicted TTFT meets ``slo_s``, and
-    enough to drain ``queued`` waiting prompts within the SLO."""
+    enough to drain ``queued`` waiting prompts within ``drain_s`` (default: the SLO)."""
     a = load.offered
-    drain = math.ceil(a + queued * load.mean_service_s / slo_s) if queued > 0 else 0
+    horizon = max(slo_s, drain_s or 0.0)
+    drain = math.ceil(a + queued * load.mean_service_s / horizon) if queued > 0 else 0
     floor_s = load.mean_service_s + load.fixed_s
     c = max(1, math.floor(a) + 1 if a > 0 else 1)
     while c < max_replicas and predicted_ttft_s(load, c) > slo_s:
@@ -144,7 +147,8 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     if floor_s >= slo_s:
         reason += f" (a mean prefill alone takes {floor_s:.3g} s)"
     if drain > c:
-        reason += f"; {queued:.0f} waiting drain within the SLO at {min(drain, max_replicas)}"
+        reason += (f"; {queued:.0f} waiting drain within {horizon:.3g} s at "
+                   f"{min(drain, max_replicas)}")
     if replicas == max_replicas and (drain > max_replicas or not met):
         reason += f"; held to the maximum, {max_replicas}"
     return Sized(replicas, predicted, met and drain <= max_replicas, reason)
@@ -162,14 +166,16 @@ class DecodeLoad:
 
 
 def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float, *,
-                    max_replicas: int, waiting: float = 0.0) -> Sized:
+                    max_replicas: int, waiting: float = 0.0, drain_s: float = 60.0) -> Sized:
     """The fewest replicas whose batches hold the running sequences' SLO percentile at a step
-    time within the ITL SLO (and ``waiting`` sequences beside them)."""
+    time within the ITL SLO, and ``waiting`` sequences started within ``drain_s``."""
     point = decode_operating_point(profile, itl_slo_s, load.mean_context_tokens)
     running = load.arrival_rps * load.mean_output_tokens * point.step_s
     z = NormalDist().inv_cdf(load.quantile)
     tail = running + z * math.sqrt(running * max(load.arrival_cv2, 0.0)) if running > 0 else 0.0
-    want = tail + max(waiting, 0.0)
+    backlog = max(waiting, 0.0) * load.mean_output_tokens * point.step_s / max(drain_s,
+                                                                              point.step_s)
+    want = tail + backlog
     c = max(1, math.ceil(want / point.batch - 1e-9))
     replicas = min(max_replicas, c)
     per = want / replicas
@@ -178,7 +184,8 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
     reason = (f"{running:.0f} running (lambda {load.arrival_rps:.3g} req/s x "
               f"{load.mean_output_tokens:.0f} tokens x {1000 * point.step_s:.0f} ms), "
               f"p{100 * load.quantile:g} {tail:.0f}"
-              + (f" + {waiting:.0f} waiting" if waiting > 0 else "")
+              + (f" + {backlog:.0f} for {waiting:.0f} waiting within {drain_s:.3g} s"
+                 if waiting > 0 else "")
               + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:g} ms: "
               f"predicted ITL {1000 * predicted:.0f} ms at {replicas}")
     if c > max_replicas:

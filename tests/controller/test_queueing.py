@@ -61,7 +61,10 @@ def test_prefill_replicas_by_hand() -> None:
     assert "predicted TTFT p95 0.18 s at 3 <= 0.3 s" in sized.reason
     # 100 prompts waiting drain within the SLO at ceil(1 + 100 x 0.1 / 0.3) = 35.
     backlog = prefill_replicas(_load(10.0), 0.3, max_replicas=64, queued=100)
-    assert backlog.replicas == 35 and "100 waiting drain" in backlog.reason
+    assert backlog.replicas == 35 and "100 waiting drain within 0.3 s" in backlog.reason
+    # Replicas asked now arrive after a 60 s lead: the backlog drains over it, ceil(1 + 1/6).
+    later = prefill_replicas(_load(10.0), 0.3, max_replicas=64, queued=100, drain_s=60.0)
+    assert later.replicas == 3 and "within 60 s" not in later.reason
     capped = prefill_replicas(_load(10.0), 0.3, max_replicas=20, queued=100)
     assert capped.replicas == 20 and not capped.met and "maximum, 20" in capped.reason
 
@@ -91,7 +94,10 @@ def test_decode_replicas_by_hand() -> None:
     assert sized.replicas == math.ceil(tail / point.batch)
     assert sized.met and sized.predicted_s <= 0.05
     assert f"batch <= {point.batch} at ITL 50 ms" in sized.reason
-    more = decode_replicas(load, PROFILE, 0.05, max_replicas=64, waiting=3 * point.batch)
+    # Waiting sequences hold their slots for their outputs: over a drain of one step each
+    # is one more running; over 60 s, output x step / 60 of one.
+    more = decode_replicas(load, PROFILE, 0.05, max_replicas=64, waiting=3 * point.batch,
+                           drain_s=point.step_s * 300.0)
     assert more.replicas == math.ceil((tail + 3 * point.batch) / point.batch)
     few = decode_replicas(load, PROFILE, 0.05, max_replicas=2)
     assert few.replicas == 2 and not few.met and "maximum, 2" in few.reason
