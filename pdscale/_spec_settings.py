@@ -243,6 +243,10 @@ class SizingSettings(_Model):
         default=2.0, gt=0, description="ca2 + cs2 (squared coefficients of variation of "
         "prefill arrivals and service times) where the prompt tokens' dispersion is not "
         "read: 2 is Poisson arrivals of exponentially varied prompts")
+    prompt_length_cv2: float = Field(
+        default=1.0, ge=0, description="Squared coefficient of variation of prompt lengths, "
+        "which sets the prompt at the SLO's percentile (lognormal lengths with this spread): "
+        "production prompt mixes read 0.8-1.5; 1 unless the pool's own mix is known")
 
 
 class ControllerSettings(_Model):

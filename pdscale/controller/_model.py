@@ -30,6 +30,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from pdscale.controller._forecast import ForecastStage, NoForecast
 from pdscale.controller._interface import (
@@ -50,6 +51,7 @@ from pdscale.controller._queueing import (
     decode_replicas,
     predicted_ttft_s,
     prefill_replicas,
+    ttft_floor_s,
 )
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import Signal
@@ -254,7 +256,7 @@ class QueueingPolicy:
         fallbacks = []
         prompt = st.prompt_tokens or 1000.0
         uncached = max(1.0, uncached_prefill_demand(prompt, hit))
-        mean_sq = uncached**2 * 2  # cs2 = 1 for the attention term
+        mean_sq = uncached**2 * (1 + float(self.settings.sizing.prompt_length_cv2))
         rate = st.profile.prefill_tokens_per_s(uncached, mean_sq) * correction
         dispersion = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
         share = uncached / prompt
@@ -264,10 +266,16 @@ class QueueingPolicy:
             variability = float(self.settings.sizing.default_variability)
             fallbacks.append(f"dispersion unread: ca2 + cs2 = {variability:g} assumed")
         fixed = (st.profile.overhead_ms(prompt) + st.profile.kv_transfer_ms(prompt)) / 1000
+        cv2 = float(self.settings.sizing.prompt_length_cv2)
+        sigma = math.sqrt(math.log1p(cv2))
+        at_quantile = uncached * math.exp(NormalDist().inv_cdf(SLO_QUANTILE) * sigma
+                                          - sigma**2 / 2)
         return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / uncached,
                                     mean_service_s=uncached / rate, service_cv2=0.0,
                                     arrival_cv2=variability, fixed_s=fixed,
-                                    quantile=SLO_QUANTILE), tuple(fallbacks))
+                                    quantile=SLO_QUANTILE,
+                                    service_quantile_s=st.profile.prefill_ms(at_quantile) / 1000
+                                    / correction), tuple(fallbacks))
 
     def _decode(self, st: PoolModelState, tokens_per_s: float) -> DecodeLoad:
         output = st.output_tokens or 200.0
@@ -311,7 +319,7 @@ class QueueingPolicy:
                 load = self._prefill(st, pool, demand, hit, k).load
                 behind = queue * load.mean_service_s / ready
                 return max(predicted_ttft_s(load, ready),
-                           behind + load.mean_service_s + load.fixed_s)
+                           ttft_floor_s(load) + behind)
         else:
             running = pool.signals.get(Signal.RUNNING_REQUESTS)
             if running is None or running <= 0:

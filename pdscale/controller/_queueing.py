@@ -11,8 +11,10 @@ profile's saturated throughput for the mix times the pool's learned correction, 
   ``(ca2 + cs2) / 2 / (c / E[S] - lambda)`` (Allen-Cunneen's correction of the M/M/c wait for
   general arrivals and service), so the wait's q-quantile is
   ``w_q = max(0, ln(C / (1 - q))) x (ca2 + cs2) / 2 / (c / E[S] - lambda)``;
-* the predicted TTFT at the SLO's percentile is ``w_q + E[S] + t0``, ``t0`` the profile's
-  fixed overhead and KV transfer for a mean prompt.
+* the predicted TTFT at the SLO's percentile is ``w_q + S_q + t0``: ``S_q`` the prefill
+  time of the prompt at the length mix's percentile (lengths lognormal with the mix's mean
+  and ``cs2``), ``t0`` the profile's fixed overhead and KV transfer for a mean prompt. Adding
+  two percentiles overstates the sum's a little; the pool's correction takes that back.
 
 The pool needs the fewest ``c`` whose predicted TTFT meets the SLO. Allen-Cunneen is exact
 for M/M/c and within a few per cent of simulation for moderate variability (Allen 1990,
@@ -44,7 +46,7 @@ from pdscale.controller._perf import decode_operating_point
 from pdscale.controller._profiles import InstanceProfile
 
 __all__ = ["DecodeLoad", "PrefillLoad", "Sized", "decode_replicas", "erlang_c",
-           "predicted_ttft_s", "prefill_replicas", "wait_quantile_s"]
+           "predicted_ttft_s", "prefill_replicas", "ttft_floor_s", "wait_quantile_s"]
 
 
 def erlang_c(servers: int, offered: float) -> float:
@@ -80,6 +82,8 @@ class PrefillLoad:
     """TTFT beyond queueing and prefill: the engine's overhead and the KV transfer."""
     quantile: float
     """The SLO's percentile, as a fraction (0.95 for p95)."""
+    service_quantile_s: float | None = None
+    """S_q: the prefill time of the prompt at the SLO's percentile (None: the mean's)."""
 
     @property
     def offered(self) -> float:
@@ -104,9 +108,16 @@ def wait_quantile_s(load: PrefillLoad, replicas: int) -> float:
 
 
 def predicted_ttft_s(load: PrefillLoad, replicas: int) -> float:
-    """TTFT at the SLO's percentile: the wait's quantile plus a mean prefill and the fixed
-    overhead."""
-    return wait_quantile_s(load, replicas) + load.mean_service_s + load.fixed_s
+    """TTFT at the SLO's percentile: the wait's quantile plus the prefill of the percentile's
+    prompt and the fixed overhead."""
+    return wait_quantile_s(load, replicas) + ttft_floor_s(load)
+
+
+def ttft_floor_s(load: PrefillLoad) -> float:
+    """The TTFT no replica count lowers: the percentile's prefill and the fixed overhead."""
+    service = load.service_quantile_s if load.service_quantile_s is not None else \
+        load.mean_service_s
+    return service + load.fixed_s
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     a = load.offered
     horizon = max(slo_s, drain_s or 0.0)
     drain = math.ceil(a + queued * load.mean_service_s / horizon) if queued > 0 else 0
-    floor_s = load.mean_service_s + load.fixed_s
+    floor_s = ttft_floor_s(load)
     c = max(1, math.floor(a) + 1 if a > 0 else 1)
     while c < max_replicas and predicted_ttft_s(load, c) > slo_s:
         c += 1
@@ -145,7 +156,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
               f"= {a:.2f} replicas busy; predicted TTFT p{100 * load.quantile:g} "
               f"{predicted:.3g} s at {c} {'<=' if met else '>'} {slo_s:g} s")
     if floor_s >= slo_s:
-        reason += f" (a mean prefill alone takes {floor_s:.3g} s)"
+        reason += f" (the prefill alone takes {floor_s:.3g} s)"
     if drain > c:
         reason += (f"; {queued:.0f} waiting drain within {horizon:.3g} s at "
                    f"{min(drain, max_replicas)}")

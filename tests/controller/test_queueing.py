@@ -71,7 +71,7 @@ def test_prefill_replicas_by_hand() -> None:
 
 def test_prefill_that_cannot_meet_the_slo_says_so_and_keeps_prompts_from_waiting() -> None:
     sized = prefill_replicas(_load(10.0, 0.5, fixed_s=0.1), 0.4, max_replicas=32)
-    assert not sized.met and "a mean prefill alone takes 0.6 s" in sized.reason
+    assert not sized.met and "the prefill alone takes 0.6 s" in sized.reason
     assert wait_quantile_s(_load(10.0, 0.5, fixed_s=0.1), sized.replicas) == 0.0
     assert wait_quantile_s(_load(10.0, 0.5, fixed_s=0.1), sized.replicas - 1) > 0.0
 
@@ -140,3 +140,12 @@ def test_a_lower_itl_slo_never_asks_fewer(rps: float, i1: float, i2: float) -> N
         return decode_replicas(DecodeLoad(rps, 200.0, 1500.0, 1.0, 0.95), PROFILE, itl,
                                max_replicas=256).replicas
     assert n(tight) >= n(loose)
+
+
+def test_the_percentile_prompt_sets_the_floor() -> None:
+    """A long prompt at the percentile: its prefill, not the mean's, is what the wait adds to;
+    at low load the prediction is that prefill plus the overhead."""
+    load = PrefillLoad(arrival_rps=1.0, mean_service_s=0.1, service_cv2=1.0, arrival_cv2=1.0,
+                       fixed_s=0.05, quantile=0.95, service_quantile_s=0.3)
+    assert predicted_ttft_s(load, 4) == pytest.approx(0.35)
+    assert prefill_replicas(load, 0.3, max_replicas=8).met is False
