@@ -3,7 +3,7 @@
 The README is the package's long description and the first page a user reads: a pitch, install,
 a quick start and links, under 300 lines; the manual is the MkDocs site in docs/, which
 `mkdocs build --strict` checks in scripts/test.sh. History lives in git and CHANGELOG.md, so no
-tracked file speaks of the work sessions that produced it.
+tracked file narrates the order in which changes were made.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_the_readme_is_the_package_description() -> None:
     assert project["readme"] == "README.md"
 
 
-def test_no_tracked_file_narrates_work_sessions() -> None:
+def test_no_tracked_file_narrates_its_history() -> None:
     git = shutil.which("git")
     if git is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the tracked files are unknown")
