@@ -489,7 +489,7 @@ def timeline(scheduled_s: Sequence[float], ttft_s: Sequence[float | None],
 def decision_changes(decisions: Sequence[Mapping[str, Any]], t0_s: float
                      ) -> list[dict[str, Any]]:
     """The decisions that changed a pool's size (time from the replay's start, cause, the
-    reasons), for the record and the README."""
+    reasons), for the record."""
     return [{"t_s": round(float(d["time"]) - t0_s, 1), "pool": d["pool"],
              "from": d["current"], "to": d["desired"], "ready": d["ready"],
              "cause": d["cause"], "outcome": d["outcome"], "reasons": list(d["reasons"])}

@@ -259,8 +259,7 @@ class ControllerSettings(_Model):
     tick: Duration = Field(default=15, ge=1, description="Decision interval")
     scale_up_quantile: float = Field(
         default=0.97, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
-        "higher buys attainment with GPU-hours (the README's cost-matched comparison shows "
-        "the trade on production traces)")
+        "higher buys attainment with GPU-hours")
     stabilisation: Duration = Field(default=600,
                                     description="Need must stay lower this long to scale down")
     max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")

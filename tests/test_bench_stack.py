@@ -1,6 +1,6 @@
 """bench/stack.py's pure parts: its options, the reactive baseline's signals on a real stack,
 the replica schedule the simulator replays, the per-bin timeline, and the tables and targets
-the README quotes. No stack is started here."""
+it reports. No stack is started here."""
 
 from __future__ import annotations
 

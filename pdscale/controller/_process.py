@@ -38,7 +38,7 @@ Design decisions:
   (the labels a PodMonitor would add, ``pod`` per worker), listing a worker from its first
   healthy probe until it exits, so Prometheus scrapes new workers without a reload.
 
-Limits (README "Bare hosts"): one host; ports are picked free on 127.0.0.1 (a race with other
+Limits (docs/bare-hosts.md): one host; ports are picked free on 127.0.0.1 (a race with other
 programs is possible); workers started by another actuator are adopted only from its state
 file; a worker that is wedged but alive and healthy is not detected; GPUs are not assigned.
 """
