@@ -104,6 +104,9 @@ _LAUNCHER = "import os,sys,time;time.sleep(float(sys.argv[1]));os.execvp(sys.arg
 
 Phase = Literal["starting", "ready", "draining"]
 
+_WARNING_EVENTS = frozenset({"WorkerExited", "WorkerKilled"})
+"""Events a person should see at the default log level: work was lost or cut."""
+
 
 @dataclass
 class _Worker:
@@ -238,9 +241,13 @@ class ProcessActuator:
             self.sync()
 
     def event(self, key: PoolKey, reason: str, message: str) -> None:
-        """Record an event (the log and :attr:`events`; there is no API server here)."""
+        """Record an event (the log and :attr:`events`; there is no API server here): a worker
+        that exited or was killed is a WARNING, the rest INFO (a scale is DEBUG: the
+        reconcile loop logs it with its reasons)."""
         self.events.append((self.clock.now(), key, reason, message))
-        log.info("event %s on %s: %s", reason, _key_text(key), message)
+        level = logging.WARNING if reason in _WARNING_EVENTS else \
+            logging.DEBUG if reason == "PdscaleScaled" else logging.INFO
+        log.log(level, "%s on %s: %s", reason, _key_text(key), message)
 
     def prime(self) -> None:
         return

@@ -33,7 +33,9 @@ from pdscale.controller._interface import (
     PoolDecision,
     PoolForecast,
     PoolKey,
+    PoolObservation,
 )
+from pdscale.controller._present import Shortage, ShortageCheck
 from pdscale.errors import GiveUp, RetryLater
 from pdscale.telemetry import ControllerTelemetry, Signal
 
@@ -152,25 +154,34 @@ class _Override:
     until_s: float
     floor: int
     why: str
+    check: ShortageCheck | None = None
+    """The shortage it answers: it stands only while this holds (a scale_up reaction's)."""
 
 
 class Overrides:
     """What alert reactions impose on the decisions: floors and scale-down holds, with expiry.
 
-    Thread-safe: the webhook writes, the tick reads."""
+    A floor or hold with a shortage check (a ``scale_up`` reaction's) ends on the first tick
+    whose observation no longer shows the shortage, whatever the alert does; the others end
+    when their alert resolves or their hold passes. Thread-safe: the webhook writes, the tick
+    reads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._floors: dict[PoolKey, dict[str, _Override]] = {}
         self._holds: dict[PoolKey, dict[str, _Override]] = {}
+        self.ended: deque[dict[str, Any]] = deque(maxlen=50)
+        """Floors and holds that ended because their shortage cleared, newest last."""
 
-    def floor(self, key: PoolKey, replicas: int, until_s: float, cause_id: str, why: str) -> None:
+    def floor(self, key: PoolKey, replicas: int, until_s: float, cause_id: str, why: str,
+              check: ShortageCheck | None = None) -> None:
         with self._lock:
-            self._floors.setdefault(key, {})[cause_id] = _Override(until_s, replicas, why)
+            self._floors.setdefault(key, {})[cause_id] = _Override(until_s, replicas, why, check)
 
-    def hold(self, key: PoolKey, until_s: float, cause_id: str, why: str) -> None:
+    def hold(self, key: PoolKey, until_s: float, cause_id: str, why: str,
+             check: ShortageCheck | None = None) -> None:
         with self._lock:
-            self._holds.setdefault(key, {})[cause_id] = _Override(until_s, 0, why)
+            self._holds.setdefault(key, {})[cause_id] = _Override(until_s, 0, why, check)
 
     def release(self, cause_id: str) -> int:
         """End every floor and hold an alert caused (it resolved); returns how many ended."""
@@ -185,16 +196,41 @@ class Overrides:
     def active(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
         with self._lock:
             self._expire(now_s)
-            return {name: [{"pool": f"{k[0]}/{k[1].value}", "cause": cid, "until": o.until_s,
-                            "floor": o.floor if name == "floors" else None, "why": o.why}
-                           for k, per in table.items() for cid, o in per.items()]
-                    for name, table in (("floors", self._floors), ("holds", self._holds))}
+            out = {name: [{"pool": f"{k[0]}/{k[1].value}", "cause": cid, "until": o.until_s,
+                           "floor": o.floor if name == "floors" else None, "why": o.why,
+                           "while": None if o.check is None else o.check.condition.value}
+                          for k, per in table.items() for cid, o in per.items()]
+                   for name, table in (("floors", self._floors), ("holds", self._holds))}
+            out["ended"] = list(self.ended)
+            return out
 
     def _expire(self, now_s: float) -> None:
         for table in (self._floors, self._holds):
             for per_pool in table.values():
                 for cid in [c for c, o in per_pool.items() if o.until_s <= now_s]:
                     del per_pool[cid]
+
+    def _end_cleared(self, key: PoolKey, pool: PoolObservation, now_s: float
+                     ) -> dict[str, Shortage]:
+        """End the pool's floors and holds whose shortage no longer shows; returns the
+        shortage read for each check that still holds, by cause."""
+        seen: dict[str, Shortage] = {}
+        for table in (self._floors, self._holds):
+            for cid, o in list(table.get(key, {}).items()):
+                if o.check is None:
+                    continue
+                if cid not in seen:
+                    seen[cid] = o.check(pool)
+                if seen[cid].holds:
+                    continue
+                del table[key][cid]
+                what = f"floor {o.floor}" if table is self._floors else "scale-down hold"
+                self.ended.append({"time": now_s, "pool": f"{key[0]}/{key[1].value}",
+                                   "cause": cid, "what": what, "why": o.why,
+                                   "cleared": seen[cid].reason})
+                log.info("%s/%s: %s from %s ended: the shortage cleared (%s)", key[0],
+                         key[1].value, what, o.why, seen[cid].reason)
+        return {cid: sh for cid, sh in seen.items() if sh.holds}
 
     def apply(self, decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
         now = observation.now_s
@@ -204,16 +240,25 @@ class Overrides:
                 pool = observation.pools.get(key)
                 if pool is None:
                     continue
+                short = self._end_cleared(key, pool, now)
                 r = pool.replicas
                 floors = self._floors.get(key, {})
                 if floors:
-                    top = max(floors.values(), key=lambda o: o.floor)
+                    cid, top = max(floors.items(), key=lambda item: item[1].floor)
                     floor = min(top.floor, r.max_replicas)
-                    if floor > d.desired_replicas:
-                        d = replace(d, desired_replicas=floor, cause=Cause.REACTION,
-                                    reasons=(*d.reasons, f"reaction: {top.why} -> at least "
-                                                         f"{floor}"),
-                                    detail={**d.detail, "reaction_floor": floor})
+                    if floor >= d.desired_replicas:
+                        capped = f" (asked {top.floor}, capped at the pool's max)" \
+                            if floor < top.floor else ""
+                        now_short = f" while {short[cid].reason}" if cid in short else ""
+                        reason = (f"reaction: floor {floor}{capped} from {top.why}"
+                                  f"{now_short}")
+                        if floor > d.desired_replicas:
+                            d = replace(d, desired_replicas=floor, cause=Cause.REACTION,
+                                        reasons=(*d.reasons, reason),
+                                        detail={**d.detail, "reaction_floor": floor})
+                        else:
+                            d = replace(d, reasons=(*d.reasons, reason),
+                                        detail={**d.detail, "reaction_floor": floor})
                 holds = self._holds.get(key, {})
                 if holds and d.desired_replicas < r.active:
                     why = next(iter(holds.values())).why
@@ -240,6 +285,26 @@ def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observati
         elif pool.degraded not in " ".join(d.reasons):
             decisions[key] = replace(d, reasons=(*d.reasons, f"degraded: {pool.degraded}"),
                                      detail={**d.detail, "degraded": pool.degraded})
+
+
+LOG_REASONS_CHARS = 300
+"""A scale's log line carries its reasons up to this many characters (a line to read, not a
+dump); the decision record has them all."""
+
+
+_HOLD_REASONS = ("stabilisation:", "max step:", "reaction:", "degraded:", "idle:",
+                 "bound: min")
+"""The reasons that keep replicas above the need (the stages say each in these words)."""
+
+
+def _holding(record: DecisionRecord) -> str | None:
+    """The reasons that keep the pool above the need its sizing set, or None when it is not
+    above it (or no need was sized)."""
+    need = record.detail.get("need")
+    if not isinstance(need, int | float) or record.desired <= need:
+        return None
+    said = [r for r in record.reasons if r.startswith(_HOLD_REASONS)]
+    return "; ".join(said) or None
 
 
 @dataclass
@@ -279,6 +344,10 @@ class Reconciler:
         self.decisions: deque[DecisionRecord] = deque(maxlen=history)
         self.errors: deque[AdapterError] = deque(maxlen=200)
         self.last: dict[PoolKey, DecisionRecord] = {}
+        self._holding: dict[PoolKey, str | None] = {}
+        """What last held each pool above its need (logged when it changes)."""
+        self.last_observation: Observation | None = None
+        """What the last tick observed (an alert reaction checks its shortage there)."""
         self.last_tick: TickReport | None = None
         self.ticks = 0
         self._lock = threading.Lock()
@@ -353,6 +422,7 @@ class Reconciler:
                     self.telemetry.staleness_unknown(now)
             errors.extend(result.errors)
             obs = result.observation
+            self.last_observation = obs
             for key, ages in result.staleness.items():
                 for signal, age in ages.items():
                     self.telemetry.record_staleness(key, signal, age, now_s=now)
@@ -427,6 +497,7 @@ class Reconciler:
         record = DecisionRecord(now, key, current, r.ready, decision.desired_replicas, outcome,
                                 Cause(decision.cause), decision.reasons, decision.detail,
                                 decision.forecast)
+        self._log_decision(record)
         self.telemetry.record_decision(
             key, desired=decision.desired_replicas, cause=record.cause.value,
             detail=decision.detail, current=r.active, ready=r.ready,
@@ -437,6 +508,23 @@ class Reconciler:
             self.decisions.append(record)
             self.last[key] = record
         return record
+
+    def _log_decision(self, record: DecisionRecord) -> None:
+        """A scale (INFO, with its reasons), and a pool's replicas held above its need, each
+        time what holds them changes (not every tick)."""
+        name = f"{record.pool[0]}/{record.pool[1].value}"
+        if record.outcome == "applied" and record.desired != record.current:
+            said = "; ".join(record.reasons)
+            if len(said) > LOG_REASONS_CHARS:  # every reason is in /v1/decisions
+                said = said[:LOG_REASONS_CHARS - 40].rstrip() + " ... (the rest: /v1/decisions)"
+            log.info("%s scaled %d -> %d (%s): %s", name, record.current, record.desired,
+                     record.cause.value, said)
+        holding = _holding(record)
+        if holding != self._holding.get(record.pool):
+            self._holding[record.pool] = holding
+            if holding is not None:
+                log.info("%s: %d replicas, held above the need: %s", name, record.desired,
+                         holding)
 
     def _reach_by_draining(self, key: PoolKey, decision: PoolDecision, current: int,
                            now: float, errors: list[AdapterError]
@@ -474,6 +562,14 @@ class Reconciler:
             return "failed", (), {}
 
     # -- the loop ---------------------------------------------------------------------------
+
+    def pool_observation(self, key: PoolKey) -> PoolObservation | None:
+        """The pool as the last tick observed it, while that is at most two ticks old
+        (:attr:`last_observation`); None otherwise."""
+        obs = self.last_observation
+        if obs is None or self.clock.now() - obs.now_s > 2 * self.tick_s:
+            return None
+        return obs.pools.get(key)
 
     def request_tick(self) -> None:
         """Tick now instead of at the next interval (an alert reaction arrived)."""
