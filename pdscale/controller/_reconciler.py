@@ -290,6 +290,49 @@ def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observati
 LOG_REASONS_CHARS = 300
 """A scale's log line carries its reasons up to this many characters (a line to read, not a
 dump); the decision record has them all."""
+ERROR_REPEAT_S = 300.0
+"""An adapter error that comes back every tick is logged once, then at most this often with
+how many times it came back (a Prometheus outage is one line, not one a tick)."""
+
+
+def _error_key(err: AdapterError) -> tuple[str, str, PoolKey | None, str]:
+    return (err.adapter, err.kind, err.pool, err.message)
+
+
+class _ErrorLog:
+    """Logs adapter errors at WARNING without repeating them every tick: the first time, then
+    every :data:`ERROR_REPEAT_S` with a count, and (INFO) once a tick's error stops."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str, PoolKey | None, str], list[float]] = {}
+        """key -> [first seen, last logged, repeats since then, from a tick (1) or not]."""
+
+    def report(self, err: AdapterError, now_s: float, *, in_tick: bool) -> None:
+        key = _error_key(err)
+        where = f" ({err.pool[0]}/{err.pool[1].value})" if err.pool else ""
+        seen = self._open.get(key)
+        if seen is None:
+            self._open[key] = [now_s, now_s, 0.0, 1.0 if in_tick else 0.0]
+            log.warning("%s %s%s: %s", err.adapter, err.kind, where, err.message)
+            return
+        seen[2] += 1
+        if now_s - seen[1] >= ERROR_REPEAT_S:
+            log.warning("%s %s%s: %s (again %d times in %.0fs)", err.adapter, err.kind, where,
+                        err.message, seen[2], now_s - seen[1])
+            seen[1], seen[2] = now_s, 0.0
+
+    def settle(self, this_tick: set[tuple[str, str, PoolKey | None, str]],
+               now_s: float) -> None:
+        """Close the tick errors that this tick did not repeat (saying so)."""
+        for key, seen in list(self._open.items()):
+            if key in this_tick or not seen[3]:
+                if not seen[3] and now_s - seen[1] >= ERROR_REPEAT_S:
+                    del self._open[key]
+                continue
+            del self._open[key]
+            adapter, kind, pool, _ = key
+            where = f" ({pool[0]}/{pool[1].value})" if pool else ""
+            log.info("%s%s: %s cleared after %.0fs", adapter, where, kind, now_s - seen[0])
 
 
 _HOLD_REASONS = ("stabilisation:", "max step:", "reaction:", "degraded:", "idle:",
@@ -305,6 +348,29 @@ def _holding(record: DecisionRecord) -> str | None:
         return None
     said = [r for r in record.reasons if r.startswith(_HOLD_REASONS)]
     return "; ".join(said) or None
+
+
+def describe_data(decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
+    """Each decision says the state of the data it was made on (``detail["data_state"]``): an
+    idle pool (no request counted yet) holds with that reason instead of "degraded", and the
+    targets of a planned scale-down are said to be departing."""
+    for key, d in list(decisions.items()):
+        pool = observation.pools.get(key)
+        if pool is None:
+            continue
+        detail = {**d.detail, "data_state": pool.data_state}
+        if pool.data_state == "idle" and d.cause is Cause.DEGRADED:
+            held = max(pool.replicas.desired, pool.replicas.active, d.desired_replicas)
+            reasons = tuple(r for r in d.reasons if not r.startswith("degraded:"))
+            d = replace(d, desired_replicas=held, cause=Cause.STEADY, detail=detail,
+                        reasons=(*reasons, f"idle: {pool.note}; holding {held} replicas, no "
+                                           "scale-down"))
+        elif pool.note is not None:
+            d = replace(d, detail=detail,
+                        reasons=(*d.reasons, f"{pool.data_state}: {pool.note}"))
+        else:
+            d = replace(d, detail=detail)
+        decisions[key] = d
 
 
 @dataclass
@@ -344,6 +410,7 @@ class Reconciler:
         self.decisions: deque[DecisionRecord] = deque(maxlen=history)
         self.errors: deque[AdapterError] = deque(maxlen=200)
         self.last: dict[PoolKey, DecisionRecord] = {}
+        self._error_log = _ErrorLog()
         self._holding: dict[PoolKey, str | None] = {}
         """What last held each pool above its need (logged when it changes)."""
         self.last_observation: Observation | None = None
@@ -399,11 +466,10 @@ class Reconciler:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def _error(self, err: AdapterError) -> None:
+    def _error(self, err: AdapterError, *, in_tick: bool = False) -> None:
         self.errors.append(err)
         self.telemetry.record_error(err.adapter, err.kind)
-        log.warning("%s %s%s: %s", err.adapter, err.kind,
-                    f" ({err.pool[0]}/{err.pool[1].value})" if err.pool else "", err.message)
+        self._error_log.report(err, self.clock.now(), in_tick=in_tick)
 
     def tick(self) -> TickReport:
         cpu0, wall0 = time.thread_time(), time.perf_counter()
@@ -435,6 +501,7 @@ class Reconciler:
                                                f"{type(exc).__name__}: {exc}", None, now))
                     decisions = {}
                 hold_degraded(decisions, obs)
+                describe_data(decisions, obs)
                 self.overrides.apply(decisions, obs)
                 self._last_gpus.update({key: pool.replicas.gpus_held
                                         for key, pool in obs.pools.items()})
@@ -457,7 +524,8 @@ class Reconciler:
             span.set_attribute("pdscale.leader", leader)
             span.set_attribute("pdscale.errors", len(errors))
         for err in errors:
-            self._error(replace(err, at_s=err.at_s or now))
+            self._error(replace(err, at_s=err.at_s or now), in_tick=True)
+        self._error_log.settle({_error_key(e) for e in errors}, now)
         self.telemetry.leader.set(1 if leader else 0, {})
         # CPU of the tick's own thread: background refits do not count against the tick.
         cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
