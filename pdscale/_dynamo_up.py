@@ -88,6 +88,7 @@ def _local_spec(spec: Spec, service: ServiceSpec, folder: Path, urls: dict[str, 
     local Prometheus every 5 s, the webhook at the local controller (loopback, no token)."""
     raw = loopback_spec(spec, service.name, prometheus_url=urls["prometheus"],
                         controller_url=urls["controller"], tick_s=5)
+    raw["services"][0]["gpu_metrics"] = False  # mocker workers: no GPU, no DCGM exporter
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -571,6 +571,14 @@ _SLO_HISTOGRAMS: dict[Engine, dict[str, tuple[str, str]]] = {
 _SLO_ROLE = {"ttft": Role.PREFILL, "itl": Role.DECODE}
 
 
+GPU_SIGNALS = frozenset({Signal.GPU_UTILIZATION_RATIO, Signal.GPU_MEMORY_USED_BYTES,
+                         Signal.GPU_MEMORY_FREE_BYTES, Signal.GPU_MEMORY_USED_MAX_RATIO,
+                         Signal.GPU_TEMPERATURE_MAX_CELSIUS, Signal.GPU_XID_ERRORS})
+"""The gpu signal group: the DCGM exporter's series. A service that declares no GPU metrics
+(``gpu_metrics: false``) has none of them: no recording rule, alert, check row or absence
+alert reads them."""
+
+
 def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
     if service.engine is Engine.VLLM:
         table = dict(_VLLM)
@@ -585,7 +593,8 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
         if role is Role.DECODE:
             table = {s: backend[s] for s in _DYNAMO_DECODE_WORKER_SIGNALS if s in backend}
         table.update(_DYNAMO_FRONTEND[role])
-    table.update(_GPU_AND_TARGETS)
+    table.update({s: e for s, e in _GPU_AND_TARGETS.items()
+                  if service.gpu_metrics or s not in GPU_SIGNALS})
     table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
     table.update(_recent(table, role))
     return table

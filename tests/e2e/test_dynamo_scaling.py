@@ -47,6 +47,7 @@ services:
     engine: dynamo
     model_name: tiny-chat
     dynamo: {namespace: chat, backend: vllm}
+    gpu_metrics: false
     slo: {ttft_p95_s: 0.47, itl_p95_s: 0.064}
     pools:
       prefill:
@@ -192,7 +193,10 @@ def test_a_decode_heavy_step_scales_decode_not_prefill(running: Any, tmp_path: P
     assert out[0].summary["errors"] == 0, out[0].summary["error_kinds"]
 
 
-def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Path) -> None:
+def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every series the spec reads is there; and the stack declares no GPU metrics, so the
+    check lists no DCGM series it cannot find."""
     from pdscale.cli import main
 
     spec = _spec(tmp_path)
@@ -207,6 +211,8 @@ def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Pat
         return main(["check", str(spec_file), "--prometheus", run.prometheus_url]) == 0
 
     eventually(checked, 40, "pdscale check exits 0 against the real stack")
+    out = capsys.readouterr().out
+    assert "DCGM" not in out and " gpu_" not in out, out
 
 
 def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> None:
