@@ -146,6 +146,9 @@ class ClusterSource:
                 sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s,
                                                    departing=departing)
                 state, note = _state(values, role, degraded, unavailable, departing)
+                lost = self.kube.losses(key) if hasattr(self.kube, "losses") else None
+                if degraded is not None and lost:  # the actuator knows which replica died
+                    degraded = f"{degraded} ({lost})"
                 if unavailable is not None:
                     degraded = f"{unavailable}; holding, no scale-down until it answers"
                 if sample_age is None or sample_age > self.reader.stale_after_s:

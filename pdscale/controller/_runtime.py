@@ -396,6 +396,7 @@ class Controller:
             "overrides": self.reconciler.overrides.active(self.clock.now()),
             "drains": None if self.reconciler.drainer is None
             else self.reconciler.drainer.snapshot(self.clock.now()),
+            "workers": self.kube.report() if hasattr(self.kube, "report") else None,
             "webhook": {"auth": self.authenticator.describe(),
                         "serving": self.webhook_refusal is None,
                         "refusal": self.webhook_refusal, **self.receiver.snapshot()},
