@@ -591,8 +591,20 @@ class Reconciler:
         if holding != self._holding.get(record.pool):
             self._holding[record.pool] = holding
             if holding is not None:
-                log.info("%s: %d replicas, held above the need: %s", name, record.desired,
-                         holding)
+                message = f"{record.desired} replicas, held above the need: {holding}"
+                log.info("%s: %s", name, message)
+                self._event(record, "PdscaleHeldAboveNeed", message)
+
+    def _event(self, record: DecisionRecord, reason: str, message: str) -> None:
+        """An Event on the pool's target where the actuator records them (Kubernetes, the
+        process actuator), from the acting leader only; a failure is logged, never raised."""
+        event = getattr(self.actuator, "event", None)
+        if event is None or self.dry_run or self.mode != "act" or record.outcome == "standby":
+            return
+        try:
+            event(record.pool, reason, message)
+        except Exception as exc:  # an Event is a record, not a reason to fail the tick
+            log.warning("could not record %s as an Event: %s", reason, exc)
 
     def _reach_by_draining(self, key: PoolKey, decision: PoolDecision, current: int,
                            now: float, errors: list[AdapterError]

@@ -68,12 +68,16 @@ class Pools:
 
     def __init__(self, replicas: int) -> None:
         self.desired = {P: replicas, D: replicas}
+        self.events: list[tuple[PoolKey, str, str]] = []
 
     def read_statuses(self, keys: Sequence[PoolKey]) -> dict[PoolKey, ScaleStatus]:
         return {k: ScaleStatus(self.desired[k], self.desired[k], self.desired[k]) for k in keys}
 
     def set_replicas(self, key: PoolKey, replicas: int, reasons: Sequence[str]) -> None:
         self.desired[key] = replicas
+
+    def event(self, key: PoolKey, reason: str, message: str) -> None:
+        self.events.append((key, reason, message))
 
 
 def _source(replicas: int = 8) -> tuple[ClusterSource, Reader, Pools]:
@@ -154,3 +158,31 @@ def test_a_prometheus_outage_says_prometheus_and_logs_one_short_line(
     rec.tick()
     assert rec.last_observation.pools[P].data_state == "ok"  # type: ignore[union-attr]
     assert "prometheus: unavailable cleared after" in caplog.records[-1].getMessage()
+
+
+def test_a_pool_held_above_its_need_says_why_once_in_the_log_and_an_event(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from pdscale.controller import PoolDecision
+
+    spec = parse_spec(SPEC)
+    source, _reader, pools = _source(8)
+    clock = ManualClock()
+    why = "stabilisation: 4 above the need 4; ...: scale-down in 480s if the need stays below 8"
+
+    class Holding:
+        name = "holding"
+
+        def decide(self, obs: object) -> dict[PoolKey, PoolDecision]:
+            return {P: PoolDecision(8, ("capacity ... -> need 4", why), detail={"need": 4}),
+                    D: PoolDecision(8, ("need 8",), detail={"need": 8})}
+
+    rec = Reconciler(Holding(), source, pools, clock,  # type: ignore[arg-type]
+                     constraints=Constraints.from_spec(spec),
+                     telemetry=ControllerTelemetry(spec), tick_s=5)
+    caplog.set_level(logging.INFO, logger="pdscale.controller")
+    for _ in range(5):
+        rec.tick()
+        clock.t += 5
+    said = [r.getMessage() for r in caplog.records if "held above the need" in r.getMessage()]
+    assert said == [f"chat/prefill: 8 replicas, held above the need: {why}"]
+    assert pools.events == [(P, "PdscaleHeldAboveNeed", f"8 replicas, held above the need: {why}")]
