@@ -6,8 +6,8 @@ for the second critical tier) and waits its ``for`` (15 min) before it fires, so
 well after the shortage it measured has gone; an alert also resolves only an evaluation and a
 delivery after its condition clears. A floor that lasts as long as the alert adds capacity
 nothing needs. So a ``scale_up`` reaction acts only while the shortage it answers
-(``ReactionRule.condition``) shows in the pool's own recent signals, as the reconcile loop
-read them:
+(``ReactionRule.condition``) shows in the pool's own recent signals, read when the alert is
+processed (``Reconciler.observe_pool``) and on every tick its floor stands:
 
 * ``latency``: the pool's latency p95 over the last minute (``TTFT_P95_RECENT_S`` for prefill,
   ``ITL_P95_RECENT_S`` for decode) above its SLO;

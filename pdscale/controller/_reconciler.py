@@ -287,6 +287,9 @@ def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observati
                                      detail={**d.detail, "degraded": pool.degraded})
 
 
+FRESH_READ_S = 1.0
+"""An alert reaction reuses a read of the pools this recent: a flood of alerts costs a read a
+second, not one each."""
 LOG_REASONS_CHARS = 300
 """A scale's log line carries its reasons up to this many characters (a line to read, not a
 dump); the decision record has them all."""
@@ -418,6 +421,8 @@ class Reconciler:
         self.last_tick: TickReport | None = None
         self.ticks = 0
         self._lock = threading.Lock()
+        self._observing = threading.Lock()
+        """One read of the source at a time (the tick's, or an alert reaction's)."""
         self._wake = threading.Event()
         self._refits: dict[PoolKey, Future[float]] = {}
         self._forecasts: Future[None] | None = None
@@ -481,14 +486,15 @@ class Reconciler:
         with tracer.start_as_current_span("pdscale.tick") as span:
             with tracer.start_as_current_span("observe"):
                 try:
-                    result = self.source.observe(now)
+                    with self._observing:
+                        result = self.source.observe(now)
+                        self.last_observation = result.observation
                 except Exception as exc:  # a source must not take the loop down
                     result = SourceResult(Observation(now, {}), [AdapterError(
                         "source", "error", f"{type(exc).__name__}: {exc}", None, now)])
                     self.telemetry.staleness_unknown(now)
             errors.extend(result.errors)
             obs = result.observation
-            self.last_observation = obs
             for key, ages in result.staleness.items():
                 for signal, age in ages.items():
                     self.telemetry.record_staleness(key, signal, age, now_s=now)
@@ -642,6 +648,23 @@ class Reconciler:
             return "failed", (), {}
 
     # -- the loop ---------------------------------------------------------------------------
+
+    def observe_pool(self, key: PoolKey) -> PoolObservation | None:
+        """The pool as its source shows it now: a fresh read (an alert reaction checks its
+        shortage there, not in a tick up to a tick old); None when the read fails or does not
+        cover the pool."""
+        now = self.clock.now()
+        try:
+            with self._observing:
+                last = self.last_observation
+                if last is not None and 0 <= now - last.now_s <= FRESH_READ_S:
+                    return last.pools.get(key)
+                result = self.source.observe(now)
+                self.last_observation = result.observation
+        except Exception as exc:  # the reaction then finds no shortage; the tick reports it
+            log.info("could not read the pools for an alert reaction: %s", exc)
+            return None
+        return result.observation.pools.get(key)
 
     def pool_observation(self, key: PoolKey) -> PoolObservation | None:
         """The pool as the last tick observed it, while that is at most two ticks old

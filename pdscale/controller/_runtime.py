@@ -209,7 +209,7 @@ class Controller:
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
             telemetry=self.telemetry, current_replicas=self._current_replicas,
-            observe=self.reconciler.pool_observation,
+            observe=self.reconciler.observe_pool,
             request_tick=self.reconciler.request_tick,
             pods=KubePodLabeler(self.api) if self.api is not None else self.kube,
             events=self.kube, dry_run=dry,

@@ -9,13 +9,13 @@ that will never work and 503 only for a full queue.
 Reactions (``spec.reactions.rules``, first match wins, critical alerts only):
 
 * ``scale_up``: only while the shortage the rule answers (``condition``: the pool's latency
-  p95 over the last minute above its SLO, or a queue) shows in the pool's signals as the last
-  tick read them (``controller._present``): a floor of current + step (or ``to``), capped at
-  the pool's max, with a scale-down hold, until that shortage clears or ``hold`` passes (or
-  the alert resolves); the reconciler ticks at once, skipping scale-up stabilisation. An alert
-  whose shortage does not show now (a budget-burn alert after the load has passed) is
-  recorded and adds nothing (``no_shortage``), and is not remembered as handled, so a later
-  delivery of it acts if the shortage comes back.
+  p95 over the last minute above its SLO, or a queue) shows in the pool's signals, read when
+  the alert is processed (``controller._present``): a floor of current + step (or ``to``),
+  capped at the pool's max, with a scale-down hold, until that shortage clears or ``hold``
+  passes (or the alert resolves); the reconciler ticks at once, skipping scale-up
+  stabilisation. An alert whose shortage does not show now (a budget-burn alert after the
+  load has passed) is recorded and adds nothing (``no_shortage``), and is not remembered as
+  handled, so a later delivery of it acts if the shortage comes back.
 * ``hold_scale_down``: the pool does not shrink until the alert resolves or ``hold`` passes.
 * ``drain_instance``: the alert's pod gets the drain label (its Service and workload select on
   the serving value, so traffic stops and the workload starts a replacement); scale-down of its
@@ -241,8 +241,8 @@ class AlertReceiver:
         self.telemetry = telemetry
         self.current_replicas = current_replicas
         self.observe = observe
-        """The pool as the reconcile loop last read it (None: not read recently): where a
-        scale_up checks its shortage."""
+        """The pool as its signals show it now (None: unread): where a scale_up checks its
+        shortage."""
         self.request_tick = request_tick
         self.pods = pods
         self.events = events

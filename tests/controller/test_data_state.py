@@ -186,3 +186,31 @@ def test_a_pool_held_above_its_need_says_why_once_in_the_log_and_an_event(
     said = [r.getMessage() for r in caplog.records if "held above the need" in r.getMessage()]
     assert said == [f"chat/prefill: 8 replicas, held above the need: {why}"]
     assert pools.events == [(P, "PdscaleHeldAboveNeed", f"8 replicas, held above the need: {why}")]
+
+
+def test_an_alert_reaction_reads_the_pool_now_and_a_flood_reads_once_a_second() -> None:
+    """A scale_up checks its shortage on a fresh read, not on a tick up to a tick old; alerts
+    arriving together share one read."""
+    spec = parse_spec(SPEC)
+    source, reader, pools = _source(2)
+    reads: list[float] = []
+    read = reader.read
+
+    def counted(*args: object, **kw: object) -> object:
+        reads.append(float(kw["at_s"]))  # type: ignore[arg-type]
+        return read(*args, **kw)  # type: ignore[arg-type]
+
+    reader.read = counted  # type: ignore[method-assign]
+    clock = ManualClock()
+    rec = Reconciler(type("Hold", (), {"name": "hold", "decide": lambda self, o: {}})(),
+                     source, pools, clock, constraints=Constraints.from_spec(spec),  # type: ignore[arg-type]
+                     telemetry=ControllerTelemetry(spec), tick_s=15)
+    rec.tick()
+    clock.t += 10  # the tick's read is 10 s old
+    reader.values[Signal.TTFT_P95_RECENT_S] = SignalValue(2.0, 0.5)
+    pool = rec.observe_pool(P)
+    assert pool is not None and pool.signals[Signal.TTFT_P95_RECENT_S] == 2.0
+    assert len(reads) == 2
+    for _ in range(50):  # a flood within the same second
+        rec.observe_pool(P)
+    assert len(reads) == 2
