@@ -291,10 +291,28 @@ class ReactionAction(StrEnum):
     NOTIFY_ONLY = "notify_only"
 
 
+class ShortageCondition(StrEnum):
+    """The shortage a ``scale_up`` reaction answers, read from the pool's own recent signals
+    when the alert arrives and on every tick its floor stands."""
+
+    LATENCY = "latency"
+    """The pool's latency p95 over the last minute (TTFT for prefill, ITL for decode) is above
+    its SLO."""
+    QUEUE = "queue"
+    """More than two requests wait per ready replica of the pool now."""
+    LATENCY_OR_QUEUE = "latency_or_queue"
+    """Either of the two."""
+
+
 class ReactionRule(_Model):
     """An alert that matches (every label in ``match`` equal, every ``match_re`` a full RE2/
     Python regex match) triggers ``action`` on the alert's pool (its ``pdscale_service`` and
-    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``."""
+    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``.
+
+    An alert judges a window that has passed (a burn-rate alert looks back hours and waits its
+    ``for``), so ``scale_up`` adds capacity only while the shortage it answers (``condition``)
+    holds in the pool's recent signals, and its floor ends when that shortage clears, not when
+    the alert resolves. Otherwise the alert is recorded and nothing is added."""
 
     match: dict[str, str] = Field(default_factory=dict)
     """Labels the alert must carry, with these exact values."""
@@ -305,7 +323,14 @@ class ReactionRule(_Model):
     step: int | None = Field(default=None, ge=1, description="scale_up: add this many")
     to: int | None = Field(default=None, ge=1, description="scale_up: to at least this many")
     hold: Duration = Field(default=900, description="hold_scale_down / scale_up: how long "
-                           "scale-down stays held unless the alert resolves first")
+                           "scale-down stays held unless the alert resolves first (scale_up: "
+                           "or its condition clears)")
+    condition: ShortageCondition | None = Field(
+        default=None, description="scale_up only: the shortage the alert answers, checked in "
+        "the pool's recent signals when it arrives and on every tick: latency (the last "
+        "minute's TTFT or ITL p95 above the SLO), queue (more than two requests waiting per "
+        "ready replica), or latency_or_queue (the default); while it does not hold nothing is "
+        "added, and the floor ends when it clears")
 
     @model_validator(mode="after")
     def _consistent(self) -> ReactionRule:
@@ -313,6 +338,9 @@ class ReactionRule(_Model):
             raise ValueError("expected exactly one of 'step' or 'to' for scale_up")
         if self.action is not ReactionAction.SCALE_UP and (self.step or self.to):
             raise ValueError(f"'step' and 'to' apply to scale_up only, not {self.action.value}")
+        if self.action is not ReactionAction.SCALE_UP and self.condition is not None:
+            raise ValueError(f"'condition' applies to scale_up only, not {self.action.value}: "
+                             "only a reaction that adds capacity checks a shortage")
         for label, pattern in self.match_re.items():
             try:
                 re.compile(pattern)
@@ -322,6 +350,11 @@ class ReactionRule(_Model):
             raise ValueError("expected at least one label in 'match' or 'match_re' (a rule "
                              "matching every alert is almost certainly a mistake)")
         return self
+
+    @property
+    def shortage(self) -> ShortageCondition:
+        """The condition a scale_up checks (``condition``, latency_or_queue when unset)."""
+        return self.condition or ShortageCondition.LATENCY_OR_QUEUE
 
 
 class WebhookAuth(_Model):
@@ -351,11 +384,19 @@ def _default_reactions() -> tuple[ReactionRule, ...]:
     return (
         ReactionRule(match={"alertname": "LLMGPUXidError", "severity": "critical"},
                      action=ReactionAction.DRAIN_INSTANCE),
+        # The alerts that add capacity, each only while its shortage holds now: latency over
+        # the SLO in the last minute, or a queue. A budget-burn alert says the error budget
+        # was spent (hours of history): it adds capacity only through the same latency check.
         ReactionRule(match={"severity": "critical"},
                      match_re={"alertname": "LLMTimeToFirstTokenHigh|LLMInterTokenLatencyHigh|"
-                               "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
                                ".*SLOBudgetBurn"},
-                     action=ReactionAction.SCALE_UP, step=2, hold=900),
+                     action=ReactionAction.SCALE_UP, step=2, hold=900,
+                     condition=ShortageCondition.LATENCY),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMQueueBacklogHigh|LLMQueueGrowing|"
+                               "LLMKVCacheNearFull"},
+                     action=ReactionAction.SCALE_UP, step=2, hold=900,
+                     condition=ShortageCondition.QUEUE),
         # Missing inputs of the controller (latency, queue, tokens) hold; a missing group it
         # does not read (kv, errors, gpu: a cluster without DCGM has no gpu group) only pages.
         ReactionRule(match={"alertname": "LLMPoolMetricsAbsent", "severity": "critical"},

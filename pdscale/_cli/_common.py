@@ -216,6 +216,22 @@ POSITIVE, NON_NEGATIVE, FRACTION = (number(k) for k in ("positive", "non-negativ
                                                           "fraction"))
 
 
+def DURATION(text: str) -> float:
+    """An argparse type for a duration ("30s", "2m", "90"): seconds, at most a day."""
+    from pdscale.spec import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value > 86400:
+        raise argparse.ArgumentTypeError(f"expected a duration of at most a day, got {text!r}")
+    return float(value)
+
+
+DURATION.__name__ = "duration"
+
+
 def seed(text: str) -> int:
     try:
         value = int(text)

@@ -438,6 +438,7 @@ class PdscalePolicy:
         if out.cancelled_above is not None:
             st.cold_start.cancel_above(out.cancelled_above)
         reasons += out.reasons
+        detail.update(out.detail)
         bounded, which = bound(out.desired, r)
         cause = out.cause
         if which is not None:
