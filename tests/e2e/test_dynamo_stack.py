@@ -308,11 +308,14 @@ def _get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
-def test_pdscale_up_dynamo_reports_owns_and_leaves_no_process(python: Path,
-                                                               tmp_path: Path) -> None:
+def test_pdscale_up_dynamo_reports_owns_and_leaves_no_process(
+        python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The stack as a user drives it: up, idle before the first request, a refused second up
     that writes nothing, --status, load, a worker killed (in the log and the status), the
     controller restarted, another started by hand, and down, which stops them all."""
+    from pdscale._upstack import marked_processes
+    from pdscale.cli import main
+
     need_tool("prometheus")
     folder = tmp_path / "up"
 
@@ -350,15 +353,16 @@ def test_pdscale_up_dynamo_reports_owns_and_leaves_no_process(python: Path,
                lambda: _get_json(f"{controller}/v1/status")["pools"])
         assert all(p["cause"] == "steady" for p in
                    _get_json(f"{controller}/v1/status")["pools"].values())
-        # A second up refuses and writes nothing.
+        # A second up refuses and writes nothing (in this process: it starts nothing).
         before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-        again = pdscale("up", "--engine", "dynamo", "--dir", str(folder))
-        assert again.returncode == 2 and "pdscale down" in again.stderr
+        capsys.readouterr()
+        assert main(["up", "--engine", "dynamo", "--dir", str(folder)]) == 2
+        assert "pdscale down" in capsys.readouterr().err
         assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
-        listed = pdscale("up", "--status", "--dir", str(folder))
-        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert main(["up", "--status", "--dir", str(folder)]) == 0
+        listed = capsys.readouterr().out
         for pid in pids:
-            assert f" {pid} " in listed.stdout
+            assert f" {pid} " in listed
         # Load, with progress and a summary.
         load = pdscale("load", "--dir", str(folder), "--duration", "3", "--progress-every",
                        "1")
@@ -390,8 +394,9 @@ def test_pdscale_up_dynamo_reports_owns_and_leaves_no_process(python: Path,
             [*argv[:at], "--listen", f"127.0.0.1:{free_port()}", *argv[at + 2:]],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
             env={k: v for k, v in os.environ.items() if k != "PDSCALE_UP_DIR"})
-        _until(lambda: "unrecorded" in pdscale("up", "--status", "--dir", str(folder)).stdout,
-               30, "the hand-started controller listed as unrecorded")
+        _until(lambda: by_hand is not None and by_hand.pid in
+               {m.pid for m in marked_processes(folder)}, 30,
+               "the hand-started controller found as the stack's")
         pids += [record["pid"], by_hand.pid]
     finally:
         down = pdscale("down", "--dir", str(folder))
