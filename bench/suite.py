@@ -149,9 +149,10 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     """One simulation in a worker process; returns its row (and the replica series where
     asked)."""
     sys.path.insert(0, str(ROOT))
-    from pdscale.simulator import ReactivePolicy, SimOptions, prepare, simulate
+    from pdscale.controller import load_profile
+    from pdscale.simulator import ReactivePolicy, SimOptions, simulate
     from pdscale.simulator._compare import REPLICAS_COLUMNS
-    from pdscale.spec import load_spec
+    from pdscale.spec import Role, load_spec
 
     sc = BY_NAME[job["scenario"]]
     trace = sc.trace if sc.trace.startswith("scenario:") else str(Path(job["traces"]) /
@@ -173,10 +174,12 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     override = None
     if job["policy"].startswith("reactive@"):
-        setup = prepare(spec, options).setup
+        # As the simulator builds the default reactive policy, at another target (from the
+        # spec, without preparing the run twice).
+        decode = spec.service(sc.service).pools[Role.DECODE]
         override = ReactivePolicy(target=float(job["policy"].split("@")[1]),
-                                  tick_s=setup.tick_s,
-                                  decode_max_batch=setup.decode.profile.max_batch)
+                                  tick_s=float(spec.controller.tick),
+                                  decode_max_batch=load_profile(decode.profile).max_batch)
     result, meta = simulate(spec, options, policy=override)
     s = result.summary
     row = {k: job[k] for k in ("scenario", "policy", "start", "cold_start_s", "seed")}

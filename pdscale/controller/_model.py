@@ -29,20 +29,25 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from pdscale.controller._forecast import ForecastStage, NoForecast
+from pdscale.controller._capacity import usable_length
+from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import (
     Cause,
     Observation,
     PoolDecision,
-    PoolForecast,
     PoolKey,
     PoolObservation,
 )
 from pdscale.controller._perf import uncached_prefill_demand
-from pdscale.controller._policy import ColdStartTracker
+from pdscale.controller._policy import (
+    ColdStartTracker,
+    _peak_demand,
+    degraded_decision,
+    forecast_for,
+)
 from pdscale.controller._profiles import InstanceProfile
 from pdscale.controller._queueing import (
     DecodeLoad,
@@ -53,13 +58,12 @@ from pdscale.controller._queueing import (
     prefill_replicas,
     ttft_floor_s,
 )
+from pdscale.controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import Signal
 
 __all__ = ["Correction", "QueueingPolicy"]
 
-DEMAND = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S, Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
-LATENCY = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 SLO_QUANTILE = 0.95
 """The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
 
@@ -141,7 +145,7 @@ class QueueingPolicy:
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
         prompts = {key[0]: v for key, p in observation.pools.items()
-                   if _usable(v := p.signals.get(Signal.MEAN_PROMPT_TOKENS))}
+                   if usable_length(v := p.signals.get(Signal.MEAN_PROMPT_TOKENS))}
         for key, st in self.state.items():
             if key not in observation.pools:
                 st.cold_start.forget_pending()
@@ -155,14 +159,9 @@ class QueueingPolicy:
         st = self.state[key]
         r = pool.replicas
         st.cold_start.observe(now, r.ready)
-        demand = pool.signals.get(DEMAND[key[1]])
+        demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
         if demand is None or not math.isfinite(demand):
-            held = max(r.desired, r.active)
-            return PoolDecision(held, (f"degraded: {DEMAND[key[1]].value} missing or stale; "
-                                       f"holding {held} replicas, no scale-down",),
-                                cause=Cause.DEGRADED,
-                                detail={"signal": DEMAND[key[1]].value, "held": held},
-                                cold_start_p90_s=st.cold_start.p90_s)
+            return degraded_decision(key, pool, st.cold_start.p90_s)
         notes: list[str] = []
         hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
         if key[1] is Role.PREFILL:
@@ -173,7 +172,8 @@ class QueueingPolicy:
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
-        forecast, fc_note = self._forecast(key, now, lead)
+        forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
+                                         self.settings.scale_up_quantile)
         peak = self._peak(key, pool, demand, notes)
         load = max(demand, peak, forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(key, st, pool, demand, hit, notes)
@@ -220,31 +220,21 @@ class QueueingPolicy:
         lags a rise by minutes); the mean where it is unread."""
         if key[1] is not Role.PREFILL:
             return demand
-        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
-        prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
-        if peak is None or not math.isfinite(peak) or not prompt or prompt <= 0:
+        peak = _peak_demand(pool, demand)
+        if peak is None:
             notes.append("peak minute unread: the 5-minute mean rate")
             return demand
-        return peak * min(1.0, demand / prompt)
-
-    def _forecast(self, key: PoolKey, now: float, lead: float
-                  ) -> tuple[PoolForecast | None, str]:
-        if self.forecasts is None:
-            return None, "no forecaster: the demand now"
-        got = self.forecasts.forecast(key, now, lead)
-        if isinstance(got, NoForecast):
-            return None, got.reason
-        return got, f"q{self.settings.scale_up_quantile:g} over {lead:.0f} s"
+        return peak
 
     @staticmethod
     def _read_lengths(st: PoolModelState, pool: PoolObservation, service_prompt: float | None,
                       notes: list[str]) -> None:
         prompt = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
-        prompt = prompt if _usable(prompt) else service_prompt
+        prompt = prompt if usable_length(prompt) else service_prompt
         output = pool.signals.get(Signal.MEAN_OUTPUT_TOKENS)
-        if _usable(prompt):
+        if usable_length(prompt):
             st.prompt_tokens = prompt
-        if _usable(output):
+        if usable_length(output):
             st.output_tokens = output
         if st.prompt_tokens is None or (pool.key[1] is Role.DECODE and st.output_tokens is None):
             notes.append("lengths unread: 1,000 prompt and 200 output tokens assumed")
@@ -303,7 +293,7 @@ class QueueingPolicy:
                    demand: float, hit: float | None, notes: list[str]) -> None:
         """Learn the correction from the latency the pool reported at its own load."""
         sizing = self.settings.sizing
-        observed = pool.signals.get(LATENCY[key[1]])
+        observed = pool.signals.get(LATENCY_SIGNAL[key[1]])
         if key[1] is Role.PREFILL:
             recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
             observed = recent if recent is not None and math.isfinite(recent) else observed
@@ -314,9 +304,12 @@ class QueueingPolicy:
             return
         low, high = sizing.calibration_min, sizing.calibration_max
         if key[1] is Role.PREFILL:
+            base = self._prefill(st, pool, demand, hit, 1.0).load
+
             def predict(k: float) -> float:
-                # A prompt arriving behind a queue waits for it: Q E[S] / c.
-                load = self._prefill(st, pool, demand, hit, k).load
+                # A correction k divides the prefill's times; a prompt arriving behind a
+                # queue waits for it: Q E[S] / c.
+                load = _corrected(base, k)
                 behind = queue * load.mean_service_s / ready
                 return max(predicted_ttft_s(load, ready),
                            ttft_floor_s(load) + behind)
@@ -362,6 +355,8 @@ class QueueingPolicy:
         return active - step, Cause.SCALE_DOWN, note
 
 
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value > 0
-
+def _corrected(load: PrefillLoad, correction: float) -> PrefillLoad:
+    """``load`` (planned at a correction of 1) with the prefill ``correction`` times faster."""
+    quantile = load.service_quantile_s
+    return replace(load, mean_service_s=load.mean_service_s / correction,
+                   service_quantile_s=None if quantile is None else quantile / correction)
