@@ -257,34 +257,30 @@ def _workload(options: SimOptions, fmt: str | None
     """The run's requests: a trace (scaled, clipped, windowed), or for a ServeGen run in fluid
     mode over its whole length, its rates as a fluid load; and, for a scenario with earlier
     days, their per-minute demand."""
+    history = None
     if options.trace.startswith(SCENARIO_PREFIX):
         from pdscale.simulator._scenarios import scenario
 
         generated = scenario(options.trace[len(SCENARIO_PREFIX):], seed=options.seed,
-                             scale=options.scale)
-        trace = generated.trace
+                             scale=options.scale)  # generated at its scale
+        trace, history = generated.trace, generated.history
         if options.start_s or options.duration_s is not None:
             trace = trace.window(options.start_s, options.duration_s or math.inf)
-        if options.max_prompt_tokens is not None:
-            trace = trace.clipped(options.max_prompt_tokens)
-        if len(trace) == 0:
-            raise TraceError("the scenario has no requests in the time window")
-        return trace, None, generated.history
-    if fmt == "servegen" and options.mode != "event" and options.duration_s is None:
+    elif fmt == "servegen" and options.mode != "event" and options.duration_s is None:
         return None, fluid_load_from_servegen(Path(options.trace), seed=options.seed,
                                               scale=options.scale), None
-    duration = options.duration_s
-    if fmt == "servegen" and duration is None:
-        duration = 3600.0  # event mode: one hour unless asked otherwise
-    trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
-                       seed=options.seed, start_s=options.start_s, duration_s=duration)
-    trace = trace.scaled(options.scale, seed=options.seed)
+    else:
+        duration = options.duration_s
+        if fmt == "servegen" and duration is None:
+            duration = 3600.0  # event mode: one hour unless asked otherwise
+        trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
+                           seed=options.seed, start_s=options.start_s, duration_s=duration)
+        trace = trace.scaled(options.scale, seed=options.seed)
     if options.max_prompt_tokens is not None:
         trace = trace.clipped(options.max_prompt_tokens)
     if len(trace) == 0:
         raise TraceError("the trace has no requests after --scale and the time window")
-    return trace, None, None
-
+    return trace, None, history
 
 def prepare(spec: Spec, options: SimOptions) -> Prepared:
     """Pick the service, load the trace, size the pools and build the policy."""
