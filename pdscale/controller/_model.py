@@ -64,6 +64,9 @@ from pdscale.telemetry import Signal
 
 __all__ = ["Correction", "QueueingPolicy"]
 
+PROMPT_TOKENS_UNREAD = 1000.0
+OUTPUT_TOKENS_UNREAD = 200.0
+"""The lengths a pool is planned for before its first length reading (the decision says so)."""
 SLO_QUANTILE = 0.95
 """The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
 
@@ -117,6 +120,14 @@ class PoolModelState:
     growth."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
+
+    def prompt(self) -> float:
+        """The mean prompt length last read, or the stated fallback before any."""
+        return self.prompt_tokens or PROMPT_TOKENS_UNREAD
+
+    def output(self) -> float:
+        """The mean output length last read, or the stated fallback before any."""
+        return self.output_tokens or OUTPUT_TOKENS_UNREAD
 
 
 @dataclass(frozen=True)
@@ -207,8 +218,7 @@ class QueueingPolicy:
         if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
         per_s = (queue - before[1]) / (pool.data_time_s - before[0])
-        tokens = (st.prompt_tokens or 1000.0) if pool.key[1] is Role.PREFILL else \
-            (st.output_tokens or 200.0)
+        tokens = st.prompt() if pool.key[1] is Role.PREFILL else st.output()
         notes.append(f"queue grew {queue - before[1]:.0f} in "
                      f"{pool.data_time_s - before[0]:.0f} s: {per_s:.3g} req/s more arrive "
                      "than are served")
@@ -237,14 +247,15 @@ class QueueingPolicy:
         if usable_length(output):
             st.output_tokens = output
         if st.prompt_tokens is None or (pool.key[1] is Role.DECODE and st.output_tokens is None):
-            notes.append("lengths unread: 1,000 prompt and 200 output tokens assumed")
+            notes.append(f"lengths unread: {PROMPT_TOKENS_UNREAD:,.0f} prompt and "
+                         f"{OUTPUT_TOKENS_UNREAD:,.0f} output tokens assumed")
 
     def _prefill(self, st: PoolModelState, pool: PoolObservation, tokens_per_s: float,
                  hit: float | None, correction: float) -> _Prefill:
         """The prefill model's load: prompts/s from uncached tokens/s, the service time at the
         profile's throughput for the mix, the variability from the tokens' dispersion."""
         fallbacks = []
-        prompt = st.prompt_tokens or 1000.0
+        prompt = st.prompt()
         uncached = max(1.0, uncached_prefill_demand(prompt, hit))
         mean_sq = uncached**2 * (1 + float(self.settings.sizing.prompt_length_cv2))
         rate = st.profile.prefill_tokens_per_s(uncached, mean_sq) * correction
@@ -268,8 +279,7 @@ class QueueingPolicy:
                                     / correction), tuple(fallbacks))
 
     def _decode(self, st: PoolModelState, tokens_per_s: float) -> DecodeLoad:
-        output = st.output_tokens or 200.0
-        prompt = st.prompt_tokens or 1000.0
+        output, prompt = st.output(), st.prompt()
         return DecodeLoad(arrival_rps=tokens_per_s / output, mean_output_tokens=output,
                           mean_context_tokens=prompt + output / 2, arrival_cv2=1.0,
                           quantile=SLO_QUANTILE)
@@ -318,7 +328,7 @@ class QueueingPolicy:
             if running is None or running <= 0:
                 return
             per = running / max(ready + pool.replicas.draining, 1)
-            ctx = (st.prompt_tokens or 1000.0) + (st.output_tokens or 200.0) / 2
+            ctx = st.prompt() + st.output() / 2
             step = st.profile.decode_step_ms(per, per * ctx) / 1000
 
             def predict(k: float) -> float:
