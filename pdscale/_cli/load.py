@@ -22,19 +22,10 @@ from pdscale._cli._common import (
     EXIT_OK,
     NON_NEGATIVE,
     POSITIVE,
+    count,
     err,
     seed,
 )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text}")
-    return value
 
 
 def _stack(folder: Path) -> tuple[dict[str, Any], Path] | str:
@@ -193,12 +184,12 @@ def register(sub: Any) -> None:
                    help="seconds of trace to replay (default 60)")
     p.add_argument("--max-rps", type=POSITIVE,
                    help="thin the trace to this mean request rate (default: as it is)")
-    p.add_argument("--max-requests", type=_count,
+    p.add_argument("--max-requests", type=count,
                    help="send at most this many requests (default: all)")
-    p.add_argument("--max-prompt-tokens", type=_count, default=60000,
+    p.add_argument("--max-prompt-tokens", type=count, default=60000,
                    help="clip longer prompts to this (default 60000, within the stack's "
                         "model context)")
-    p.add_argument("--max-output-tokens", type=_count,
+    p.add_argument("--max-output-tokens", type=count,
                    help="clip longer outputs to this (default: as they are)")
     p.add_argument("--timeout", type=POSITIVE, default=120.0,
                    help="seconds a request may take (default 120)")
