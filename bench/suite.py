@@ -294,7 +294,8 @@ the default until it replaces it."""
 
 
 def run_suite(scenarios: list[Scenario], seeds: list[int], cold_starts: list[float],
-              traces: str, runner: Runner) -> dict[str, Any]:
+              traces: str, runner: Runner, policies: tuple[str, ...] = ADAPTIVE
+              ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     print(f"== searching the best fixed allocation of {len(scenarios)} scenarios",
           file=sys.stderr)
@@ -312,9 +313,15 @@ def run_suite(scenarios: list[Scenario], seeds: list[int], cold_starts: list[flo
                          if start == "fixed" else None),
              "series": seed == seeds[0] and cold == 60.0 and start == "cold"}
             for sc in scenarios for start in ("fixed", "cold") for cold in cold_starts
-            for seed in seeds for policy in ADAPTIVE]
+            for seed in seeds for policy in policies]
     print(f"== {len(jobs)} policy runs", file=sys.stderr)
     rows += runner.map(jobs)
+    # Policies not asked for still enter the summary where the journal holds all their runs.
+    for policy in ADAPTIVE:
+        if policy not in policies:
+            keys = [_key({**j, "policy": policy}) for j in jobs if j["policy"] == policies[0]]
+            if all(k in runner.cache for k in keys):
+                rows += [runner.cache[k] for k in keys]
     search = [{"scenario": r["scenario"], "seed": r["seed"], "allocation": r["initial"],
                "slo_attainment": r["slo_attainment"], "gpu_hours": r["gpu_hours"]}
               for r in runner.cache.values() if r["policy"] == "best-fixed"
@@ -353,6 +360,7 @@ def summarise(result: dict[str, Any], scenarios: list[Scenario], seeds: list[int
     best = {(r["scenario"], r["seed"]): r for r in rows if r["policy"] == "best-fixed"}
     runs = {(r["scenario"], r["policy"], r["start"], r["cold_start_s"], r["seed"]): r
             for r in rows if r["policy"] != "best-fixed"}
+    present = [p for p in ADAPTIVE if any(r["policy"] == p for r in rows)]
     cells = []
     for sc in scenarios:
         for start in ("fixed", "cold"):
@@ -364,13 +372,19 @@ def summarise(result: dict[str, Any], scenarios: list[Scenario], seeds: list[int
                     return runs[(sc.name, policy, start, cold, seed)]
 
                 stats: dict[str, dict[str, float]] = {}
-                for policy in ("best-fixed", *ADAPTIVE):
+                for policy in ("best-fixed", *present):
                     att = _mean_sd([of(policy, s)["slo_attainment"] for s in seeds])
                     gpu = _mean_sd([of(policy, s)["gpu_hours"] for s in seeds])
                     stats[policy] = {"attainment": att[0], "attainment_sd": att[1],
                                      "gpu_hours": gpu[0], "gpu_hours_sd": gpu[1],
                                      "first_burst_steps": max(of(policy, s)["first_burst_steps"]
                                                               for s in seeds)}
+                if not {"pdscale", "dynamo", "oracle",
+                        *(f"reactive@{t:g}" for t in REACTIVE_TARGETS)} <= stats.keys():
+                    cells.append({"scenario": sc.name, "start": start, "cold_start_s": cold,
+                                  "policies": stats, "reactive_at_pdscale_gpu_hours": None,
+                                  "targets": {}})
+                    continue  # a partial run (--policies): the targets need every baseline
                 pd = stats["pdscale"]
                 matched = frontier_at([(stats[f"reactive@{t:g}"]["gpu_hours"],
                                         stats[f"reactive@{t:g}"]["attainment"])
@@ -396,7 +410,7 @@ def summarise(result: dict[str, Any], scenarios: list[Scenario], seeds: list[int
                               "policies": stats, "reactive_at_pdscale_gpu_hours": matched,
                               "targets": targets})
     aggregate = {}
-    for policy in ("best-fixed", *ADAPTIVE):
+    for policy in ("best-fixed", *present):
         per_seed_att, per_seed_cost = [], []
         for seed in seeds:
             att, cost = [], []
@@ -460,6 +474,8 @@ def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any
             st = cell["policies"]
 
             def show(p: str, st: dict[str, Any] = st) -> str:
+                if p not in st:
+                    return "–"
                 return (f"{_pct(st[p]['attainment'], st[p]['attainment_sd'])} / "
                         f"{st[p]['gpu_hours']:.1f}")
             matched = cell["reactive_at_pdscale_gpu_hours"]
@@ -527,7 +543,12 @@ def main(argv: list[str] | None = None) -> int:
                         "day-long and multi-day ServeGen traces")
     parser.add_argument("--scenarios", help="comma-separated names (default: the tier's)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--cold-starts", default="30,60,180")
+    parser.add_argument("--cold-starts",
+                        help="seconds, comma-separated (default: 60 in the quick tier, "
+                        "30,60,180 in the full)")
+    parser.add_argument("--policies", metavar="POLICY,...",
+                        help=f"adaptive policies to run (default: all of {', '.join(ADAPTIVE)}; "
+                        "the best fixed allocation is always searched)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--traces", default=os.environ.get(TRACES_ENV, str(DEFAULT_TRACES)),
                         help=f"folder of the shared traces (default: ${TRACES_ENV} or "
@@ -549,7 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = [s for s in SCENARIOS if args.tier == "full" or s.tier == "quick"]
     seeds = [int(s) for s in args.seeds.split(",")]
-    cold_starts = [float(c) for c in args.cold_starts.split(",")]
+    cold_starts = [float(c) for c in (args.cold_starts or
+                                      ("60" if args.tier == "quick" else "30,60,180")).split(",")]
+    policies = tuple(args.policies.split(",")) if args.policies else ADAPTIVE
+    if unknown := [p for p in policies if p not in ADAPTIVE]:
+        parser.error(f"unknown policy(ies) {', '.join(unknown)}; use any of {', '.join(ADAPTIVE)}")
     needs_traces = [s for s in scenarios if not s.trace.startswith("scenario:")]
     missing = [s.trace for s in needs_traces if not (Path(args.traces) / s.trace).exists()]
     if missing:
@@ -568,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     if runner.cache:
         print(f"reusing {len(runner.cache)} finished runs from {journal.name} "
               "(--fresh to start over)", file=sys.stderr)
-    result = run_suite(scenarios, seeds, cold_starts, args.traces, runner)
+    result = run_suite(scenarios, seeds, cold_starts, args.traces, runner, policies)
     wall_min = (time.perf_counter() - started) / 60
     summary = summarise(result, scenarios, seeds, cold_starts)
     meta = {"tier": args.tier, "seeds": seeds, "cold_starts": cold_starts, "jobs": args.jobs,
