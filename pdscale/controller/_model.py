@@ -5,23 +5,30 @@ Every tick, for each pool:
 1. **observe**: its cold starts (the lead is their p90 plus a tick), its demand (prefill:
    uncached prompt tokens/s; decode: generated tokens/s) and its latency; missing demand
    holds the pool and says so;
-2. **load**: the largest of the demand now (the rate window's mean and, for prefill, its
-   busiest minute) and the forecaster's scale-up quantile over the lead;
+2. **load**: the largest of the demand now (the rate window's mean plus the queue's
+   growth, and for prefill its busiest minute), the window's rising trend carried to when
+   replicas asked now are ready, and the forecaster's scale-up quantile over the lead; decode's
+   arrivals are at least what its service's prefill is sized to deliver (a request prefilled
+   now decodes a prefill later);
 3. **size**: the model's replicas for that load at the SLO's percentile, and enough to drain
-   what waits within the SLO (replicas already starting count: the count is a total);
+   the backlog they will meet (what waits, grown at its measured rate over the lead) within
+   the lead (replicas already starting count: the count is a total); a decode replica holds
+   the batch its ITL allows and its KV cache holds, as measured where KV usage is read;
 4. **calibrate**: one correction per pool of the profile's service rate, moved a share of the
    way (``sizing.calibration_rate``) towards the correction at which the model predicts the
    latency the pool reported at its own load and replicas, within
    [``calibration_min``, ``calibration_max``]; the spread of those readings is its
-   uncertainty. A reading taken while work waits is a transient, not a rate, and teaches
-   nothing;
+   uncertainty. A reading whose window held a backlog (more prompts waiting than prefill
+   replicas, or any sequence waiting for a decode slot, which TTFT includes) is a transient,
+   not a rate, and teaches nothing;
 5. **stabilise and bound**: up at once; down only after the need stayed lower for the
    stabilisation window, at most ``max_step_down`` a tick; within min and max.
 
 Optional signals fall back, and the decision says so: no dispersion reading means
 ``sizing.default_variability``; no length reading means the profile's service time for the
 last lengths read (or 1,000 prompt and 200 output tokens before any); no prefix-hit reading
-means no hits; no queue reading means no backlog.
+means no hits; no queue reading means no backlog; no KV usage or running count means the
+profile's KV capacity.
 """
 
 from __future__ import annotations
@@ -56,11 +63,10 @@ from pdscale.controller._queueing import (
     decode_replicas,
     predicted_ttft_s,
     prefill_replicas,
-    ttft_floor_s,
 )
 from pdscale.controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL
 from pdscale.spec import ControllerSettings, Role
-from pdscale.telemetry import Signal
+from pdscale.telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
 __all__ = ["Correction", "QueueingPolicy"]
 
@@ -118,6 +124,12 @@ class PoolModelState:
     queue_seen: tuple[float, float] | None = None
     """(data time, queue) of the last reading: arrivals are what was served plus the queue's
     growth."""
+    growth_rps: float = 0.0
+    """Requests/s the queue grew by at the last reading (0 when it did not)."""
+    queued_at: float = -math.inf
+    """Data time a queue was last seen in this pool (for prefill: or in decode's admission)."""
+    rates: deque[tuple[float, float]] = field(default_factory=deque)
+    """(data time, demand) over the last rate window: the trend the load is extrapolated on."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
 
@@ -160,8 +172,25 @@ class QueueingPolicy:
         for key, st in self.state.items():
             if key not in observation.pools:
                 st.cold_start.forget_pending()
-        return {key: self._decide(key, pool, observation.now_s, prompts.get(key[0]))
-                for key, pool in observation.pools.items() if key in self.state}
+        for key, pool in observation.pools.items():
+            queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
+            if key not in self.state or queue <= 0:
+                continue
+            # A backlog: more prompts waiting than prefill replicas, or any sequence waiting
+            # for a decode slot (decode is sized for none), which a TTFT reading includes too.
+            if key[1] is Role.DECODE:
+                for other in (key, (key[0], Role.PREFILL)):
+                    if other in self.state:
+                        self.state[other].queued_at = pool.data_time_s
+            elif queue > pool.replicas.ready:
+                self.state[key].queued_at = pool.data_time_s
+        # Prefill first: a request prefilled now decodes a prefill later, so decode's arrivals
+        # are at least what its service's prefill is sized to deliver.
+        self.service_rps: dict[str, float] = {}
+        order = sorted((k for k in observation.pools if k in self.state),
+                       key=lambda k: k[1] is not Role.PREFILL)
+        return {key: self._decide(key, observation.pools[key], observation.now_s,
+                                  prompts.get(key[0])) for key in order}
 
     # -- one pool ---------------------------------------------------------------------------
 
@@ -179,6 +208,7 @@ class QueueingPolicy:
             computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
             demand = computed if computed is not None else uncached_prefill_demand(demand, hit)
         self._read_lengths(st, pool, service_prompt, notes)
+        rising = self._trend(st, pool.data_time_s, demand, self.lead_s(key), notes)
         demand += self._queue_growth(st, pool, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
@@ -186,7 +216,7 @@ class QueueingPolicy:
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
         peak = self._peak(key, pool, demand, notes)
-        load = max(demand, peak, forecast.sized_value if forecast is not None else 0.0)
+        load = max(demand, peak, rising, forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(key, st, pool, demand, hit, notes)
         sized = self._size(key, st, pool, load, hit, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
@@ -206,6 +236,28 @@ class QueueingPolicy:
                             cold_start_p90_s=st.cold_start.p90_s)
 
     @staticmethod
+    def _trend(st: PoolModelState, t: float, demand: float, lead: float,
+               notes: list[str]) -> float:
+        """The demand when replicas asked now are ready, on the rate window's trend: the
+        window's mean is the rate half a window ago, so a rise of ``b``/s since then reaches
+        ``mean + b (window / 2 + lead)``. Least squares over the window's readings; a falling
+        trend extrapolates nothing (the stabilisation window handles a fall)."""
+        st.rates.append((t, demand))
+        while st.rates and st.rates[0][0] < t - RATE_WINDOW_S:
+            st.rates.popleft()
+        if len(st.rates) < 3 or t - st.rates[0][0] < RATE_WINDOW_S / 2:
+            return demand
+        mt = sum(x for x, _ in st.rates) / len(st.rates)
+        my = sum(y for _, y in st.rates) / len(st.rates)
+        slope = (sum((x - mt) * (y - my) for x, y in st.rates)
+                 / sum((x - mt) ** 2 for x, _ in st.rates))
+        if slope <= 0:
+            return demand
+        ahead = demand + slope * (RATE_WINDOW_S / 2 + lead)
+        notes.append(f"rising {slope:.3g}/s: {ahead:.4g}/s when replicas asked now are ready")
+        return ahead
+
+    @staticmethod
     def _queue_growth(st: PoolModelState, pool: PoolObservation, notes: list[str]) -> float:
         """Arrivals the served rate does not show: a saturated pool's token counters count what
         it served, and the rest waits. Requests/s the queue grew by since the last reading,
@@ -215,9 +267,10 @@ class QueueingPolicy:
             st.queue_seen = None
             return 0.0
         before, st.queue_seen = st.queue_seen, (pool.data_time_s, queue)
+        st.growth_rps = 0.0
         if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
-        per_s = (queue - before[1]) / (pool.data_time_s - before[0])
+        per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
         tokens = st.prompt() if pool.key[1] is Role.PREFILL else st.output()
         notes.append(f"queue grew {queue - before[1]:.0f} in "
                      f"{pool.data_time_s - before[0]:.0f} s: {per_s:.3g} req/s more arrive "
@@ -289,40 +342,66 @@ class QueueingPolicy:
         queue = pool.signals.get(Signal.QUEUE_DEPTH)
         if queue is None:
             notes.append("queue unread: no backlog assumed")
+        # The backlog replicas asked now meet: what waits, and what the queue gains at its
+        # measured growth until they are ready.
+        lead = self.lead_s(key)
+        backlog = (queue or 0.0) + st.growth_rps * lead
         k = st.correction.value
         if key[1] is Role.PREFILL:
             model = self._prefill(st, pool, load, hit, k)
             notes.extend(model.rate_fallbacks)
+            # What prefill delivers to decode: its arrivals and its backlog drained over the lead.
+            self.service_rps[key[0]] = model.load.arrival_rps + backlog / lead
             return prefill_replicas(model.load, st.slo_s, max_replicas=pool.replicas.max_replicas,
-                                    queued=queue or 0.0, drain_s=self.lead_s(key))
-        return decode_replicas(self._decode(st, load), st.profile, st.slo_s * k,
-                               max_replicas=pool.replicas.max_replicas, waiting=queue or 0.0,
-                               drain_s=self.lead_s(key))
+                                    queued=backlog, drain_s=lead)
+        decode = self._decode(st, load)
+        prefilled = self.service_rps.get(key[0], 0.0)
+        if prefilled > decode.arrival_rps:
+            notes.append(f"arrivals {prefilled:.3g} req/s: what prefill is sized to deliver")
+            decode = replace(decode, arrival_rps=prefilled)
+        return decode_replicas(decode, st.profile, st.slo_s * k,
+                               max_replicas=pool.replicas.max_replicas, waiting=backlog,
+                               drain_s=lead, kv_sequences=self._kv_sequences(pool, notes))
+
+    @staticmethod
+    def _kv_sequences(pool: PoolObservation, notes: list[str]) -> float | None:
+        """The sequences one replica's KV cache holds at the running mix: running sequences
+        over the cache's used share; None (the profile's capacity) where either is unread or
+        too little is running to tell."""
+        running = pool.signals.get(Signal.RUNNING_REQUESTS)
+        usage = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
+        replicas = pool.replicas.ready + pool.replicas.draining
+        if running is None or usage is None or not math.isfinite(usage) or replicas < 1:
+            notes.append("KV usage unread: the profile's KV capacity")
+            return None
+        if usage <= 0 or running < replicas:
+            return None
+        return running / replicas / usage
 
     def _calibrate(self, key: PoolKey, st: PoolModelState, pool: PoolObservation,
                    demand: float, hit: float | None, notes: list[str]) -> None:
         """Learn the correction from the latency the pool reported at its own load."""
         sizing = self.settings.sizing
         observed = pool.signals.get(LATENCY_SIGNAL[key[1]])
+        window = RATE_WINDOW_S
         if key[1] is Role.PREFILL:
             recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
-            observed = recent if recent is not None and math.isfinite(recent) else observed
+            if recent is not None and math.isfinite(recent):
+                observed, window = recent, RECENT_WINDOW_S
         ready = pool.replicas.ready
-        queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
         if observed is None or not math.isfinite(observed) or observed <= 0 or ready < 1 \
                 or demand <= 0:
+            return
+        if pool.data_time_s - st.queued_at <= window:
+            # The reading's window held a backlog: it measures a transient, not the rate.
+            notes.append("correction not updated: a backlog within the latency's window")
             return
         low, high = sizing.calibration_min, sizing.calibration_max
         if key[1] is Role.PREFILL:
             base = self._prefill(st, pool, demand, hit, 1.0).load
 
             def predict(k: float) -> float:
-                # A correction k divides the prefill's times; a prompt arriving behind a
-                # queue waits for it: Q E[S] / c.
-                load = _corrected(base, k)
-                behind = queue * load.mean_service_s / ready
-                return max(predicted_ttft_s(load, ready),
-                           ttft_floor_s(load) + behind)
+                return predicted_ttft_s(_corrected(base, k), ready)
         else:
             running = pool.signals.get(Signal.RUNNING_REQUESTS)
             if running is None or running <= 0:

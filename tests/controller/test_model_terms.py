@@ -1,0 +1,114 @@
+"""The model's load terms, each against the same observation without it: the backlog replicas
+meet when ready, decode's arrivals from prefill, the KV cache as measured, the rising trend
+and the quiet readings the correction learns from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pdscale.controller import Observation, PoolObservation, PoolReplicas, load_profile
+from pdscale.controller._model import QueueingPolicy
+from pdscale.spec import ControllerSettings, Role
+from pdscale.telemetry import Signal
+
+H100 = load_profile("h100-80gb-llama-3.1-8b")
+KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
+
+
+def _policy(**kw: Any) -> QueueingPolicy:
+    return QueueingPolicy(ControllerSettings(**kw), {KEY_P: H100, KEY_D: H100},
+                          {KEY_P: 0.5, KEY_D: 0.05}, {KEY_P: 60.0, KEY_D: 60.0},
+                          forecasts=None)
+
+
+def _obs(now: float, *, prompt: float = 40_000.0, gen: float = 3_000.0,
+         ready: tuple[int, int] = (2, 2), queue: tuple[float, float] = (0.0, 0.0),
+         ttft: float | None = None, decode: dict[str, float] | None = None) -> Observation:
+    signals = (
+        {"prompt_tokens_per_s": prompt, "prompt_tokens_peak_per_s": prompt,
+         "queue_depth": queue[0], "mean_prompt_tokens": 2000.0, "ttft_p95_s": ttft},
+        {"generation_tokens_per_s": gen, "queue_depth": queue[1], "mean_output_tokens": 200.0,
+         **(decode or {})},
+    )
+    pools = {}
+    for i, key in enumerate((KEY_P, KEY_D)):
+        replicas = PoolReplicas(ready=ready[i], starting=0, draining=0, desired=ready[i],
+                                min_replicas=1, max_replicas=64)
+        pools[key] = PoolObservation(key, replicas,
+                                     {Signal(k): v for k, v in signals[i].items()
+                                      if v is not None}, now - 30)
+    return Observation(now, pools)
+
+
+def test_a_growing_backlog_is_sized_as_the_replicas_will_find_it() -> None:
+    """The same queue, growing: replicas asked now meet it larger by the growth over the
+    lead, so more are asked than for a queue that stands still."""
+    growing, standing = _policy(), _policy()
+    growing.decide(_obs(0, queue=(1000.0, 0.0)))
+    standing.decide(_obs(0, queue=(4000.0, 0.0)))
+    grew = growing.decide(_obs(15, queue=(4000.0, 0.0)))[KEY_P]
+    stood = standing.decide(_obs(15, queue=(4000.0, 0.0)))[KEY_P]
+    assert grew.desired_replicas > stood.desired_replicas
+    assert "waiting drain within" in grew.reasons[1]
+
+
+def test_decode_is_sized_for_what_prefill_delivers() -> None:
+    """A prefill burst reaches decode a prefill later: decode asks for it at once, before
+    its own generated-token rate shows it."""
+    calm = _policy().decide(_obs(0, prompt=40_000.0))[KEY_D]
+    burst = _policy().decide(_obs(0, prompt=400_000.0))[KEY_D]
+    assert burst.desired_replicas > calm.desired_replicas
+    assert any("what prefill is sized to deliver" in r for r in burst.reasons)
+
+
+def test_a_kv_cache_fuller_than_the_profile_says_asks_more_decode() -> None:
+    """Running sequences over the cache's used share is what a replica holds: a cache that
+    fills at fewer sequences than the profile's capacity means more replicas; unread, the
+    profile's capacity, and the decision says so."""
+    def decode(**signals: float) -> Any:
+        return _policy().decide(_obs(0, gen=40_000.0, prompt=10_000.0, decode=signals))[KEY_D]
+
+    roomy = decode(running_requests=40.0, kv_cache_usage_ratio=0.05)
+    full = decode(running_requests=40.0, kv_cache_usage_ratio=0.9)
+    unread = decode()
+    assert full.desired_replicas > roomy.desired_replicas
+    assert "the KV cache's, as measured" in full.reasons[1]
+    assert roomy.desired_replicas == unread.desired_replicas
+    assert any("KV usage unread" in r for r in unread.reasons)
+
+
+def test_a_rising_rate_is_sized_for_when_replicas_are_ready() -> None:
+    """Five minutes of a steady rise: the load is extrapolated a half window and a lead
+    ahead; a flat or falling rate is not extrapolated."""
+    def last(rates: list[float]) -> Any:
+        policy = _policy()
+        for i, r in enumerate(rates):
+            out = policy.decide(_obs(15 * i, prompt=r, ready=(8, 2)))[KEY_P]
+        return out
+
+    rise = [40_000.0 + 500.0 * i for i in range(21)]
+    rising = last(rise)
+    flat = last([rise[-1]] * 21)
+    falling = last([*rise[::-1][:-1], rise[-1]])
+    lead = 60.0 + 15.0  # the cold start's p90 and a tick
+    assert rising.detail["load"] == pytest.approx(rise[-1] + 500.0 / 15 * (300.0 / 2 + lead))
+    assert any(r.startswith("rising") for r in rising.reasons)
+    assert flat.detail["load"] == falling.detail["load"] == rise[-1]
+
+
+def test_a_backlog_in_decode_teaches_prefill_nothing() -> None:
+    """TTFT includes the wait for a decode slot: while decode has sequences waiting (and for
+    the reading's window after), a high TTFT does not lower prefill's correction."""
+    policy = _policy()
+    for i in range(10):
+        policy.decide(_obs(15 * i, ttft=20.0, queue=(0.0, 50.0), ready=(4, 2)))
+    assert policy.state[KEY_P].correction.readings == 0
+    out = policy.decide(_obs(150, ttft=20.0, ready=(4, 2)))[KEY_P]
+    assert any("a backlog within the latency's window" in r for r in out.reasons)
+    quiet = _policy()
+    for i in range(10):
+        quiet.decide(_obs(15 * i, ttft=20.0, ready=(4, 2)))
+    assert quiet.state[KEY_P].correction.readings == 10
+    assert quiet.state[KEY_P].correction.value < 1
