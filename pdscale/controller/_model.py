@@ -18,9 +18,9 @@ Every tick, for each pool:
    way (``sizing.calibration_rate``) towards the correction at which the model predicts the
    latency the pool reported at its own load and replicas, within
    [``calibration_min``, ``calibration_max``]; the spread of those readings is its
-   uncertainty. A reading whose window held a backlog (more prompts waiting than prefill
-   replicas, or any sequence waiting for a decode slot, which TTFT includes) is a transient,
-   not a rate, and teaches nothing;
+   uncertainty, and sizing plans one spread on the slower side. A reading whose window held
+   a backlog (more prompts waiting than prefill replicas, or any sequence waiting for a
+   decode slot, which TTFT includes) is a transient, not a rate, and teaches nothing;
 5. **stabilise and bound**: up at once; down only after the need stayed lower for the
    stabilisation window, at most ``max_step_down`` a tick; within min and max.
 
@@ -85,6 +85,11 @@ class Correction:
     spread: float = 0.0
     """Root mean square of the readings' log distance from the value (its uncertainty)."""
     readings: int = 0
+
+    @property
+    def planned(self) -> float:
+        """The correction sizing plans at: one spread on the slower side of the value."""
+        return self.value * math.exp(-self.spread)
 
     def learn(self, implied: float, *, rate: float, low: float, high: float) -> None:
         implied = min(high, max(low, implied))
@@ -223,7 +228,8 @@ class QueueingPolicy:
         desired = max(r.min_replicas, min(r.max_replicas, desired))
         reasons = [f"load {load:.4g}/s ({fc_note}; now {demand:.4g}/s)", sized.reason,
                    f"correction {st.correction.value:.2f} "
-                   f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings)",
+                   f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings; "
+                   f"planned at {st.correction.planned:.2f})",
                    *notes]
         if step_note:
             reasons.append(step_note)
@@ -346,7 +352,7 @@ class QueueingPolicy:
         # measured growth until they are ready.
         lead = self.lead_s(key)
         backlog = (queue or 0.0) + st.growth_rps * lead
-        k = st.correction.value
+        k = st.correction.planned
         if key[1] is Role.PREFILL:
             model = self._prefill(st, pool, load, hit, k)
             notes.extend(model.rate_fallbacks)

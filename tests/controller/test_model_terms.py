@@ -112,3 +112,12 @@ def test_a_backlog_in_decode_teaches_prefill_nothing() -> None:
         quiet.decide(_obs(15 * i, ttft=20.0, ready=(4, 2)))
     assert quiet.state[KEY_P].correction.readings == 10
     assert quiet.state[KEY_P].correction.value < 1
+
+
+def test_an_uncertain_correction_plans_for_its_slower_side() -> None:
+    """The same correction with a spread of readings plans at one spread slower."""
+    sure, unsure = _policy(), _policy()
+    sure.state[KEY_P].correction.value = unsure.state[KEY_P].correction.value = 0.9
+    unsure.state[KEY_P].correction.spread = 0.3
+    obs = _obs(0, prompt=200_000.0)
+    assert unsure.decide(obs)[KEY_P].desired_replicas > sure.decide(obs)[KEY_P].desired_replicas
