@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, model_validator
 
 from pdscale import _engines
+from pdscale._cron import Cron, CronError
 from pdscale._regex import regex_examples
 from pdscale._spec_types import (
     ENGINE_HISTOGRAM_BUCKETS,
@@ -65,6 +67,33 @@ class ScaleTarget(_Model):
     """The target's name in the service's namespace."""
 
 
+class PlannedFloor(_Model):
+    """A window of planned capacity: from each minute the cron expression matches, for
+    ``duration``, the pool keeps at least ``min_replicas``, asked one lead (the pool's cold
+    start p90 and a tick) early so they are ready when the window opens."""
+
+    cron: str = Field(min_length=1, description="When a window starts: minute hour "
+                      "day-of-month month day-of-week (numbers, *, a-b, /n, lists), e.g. "
+                      "'0 9 * * 1-5' for 09:00 on weekdays")
+    duration: Duration = Field(gt=0, description="How long each window lasts")
+    min_replicas: int = Field(ge=1, description="The pool's floor within a window")
+    timezone: str = Field(default="UTC", description="IANA zone the cron expression reads "
+                          "(the simulator's trace starts at 00:00 UTC, a Thursday)")
+
+    @model_validator(mode="after")
+    def _parses(self) -> PlannedFloor:
+        try:
+            Cron.parse(self.cron)
+        except CronError as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA zone name (e.g. "
+                             "'UTC', 'Europe/Paris')") from None
+        return self
+
+
 class PoolSpec(_Model):
     selector: PoolSelector = Field(default_factory=PoolSelector)
     """How to find the pool's series in Prometheus."""
@@ -86,6 +115,17 @@ class PoolSpec(_Model):
     profile: str = Field(default="h100-80gb-llama-3.1-8b", min_length=1)
     """Performance profile: a shipped name or a profile YAML file (a relative path is read
     beside the spec)."""
+    floors: list[PlannedFloor] = Field(default_factory=list)
+    """Planned capacity for known peaks (launches, the daily peak): see PlannedFloor."""
+
+    @model_validator(mode="after")
+    def _floors_within_max(self) -> PoolSpec:
+        for floor in self.floors:
+            if floor.min_replicas > self.max_replicas:
+                raise ValueError(f"floor {floor.cron!r} asks {floor.min_replicas} replicas, "
+                                 f"over max_replicas {self.max_replicas}: lower it or raise "
+                                 "max_replicas")
+        return self
 
     @property
     def cold_start_p90_s(self) -> float:

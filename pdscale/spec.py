@@ -32,6 +32,7 @@ from pdscale._spec_checks import (
 from pdscale._spec_services import (
     DynamoHistogram,
     DynamoSettings,
+    PlannedFloor,
     PoolSelector,
     PoolSpec,
     RatioBounds,
@@ -80,6 +81,7 @@ __all__ = [
     "DynamoSettings",
     "Engine",
     "LeaderElectionSettings",
+    "PlannedFloor",
     "PoolKey",
     "PoolSelector",
     "PoolSpec",

@@ -1,9 +1,11 @@
-"""Constraints across pools, applied after each pool's own decision: P:D ratio bounds per
-service, then the GPU budget shared by every pool.
+"""Constraints across pools, applied after each pool's own decision: planned floors per pool,
+P:D ratio bounds per service, then the GPU budget shared by every pool.
 
 Both are pure functions of the decisions and the observation, so the simulator and the
 in-cluster controller apply them the same way (:class:`ConstrainedPolicy`).
 
+* **Planned floors** (``pools.<role>.floors``) raise a pool to a floor an operator planned
+  for a known peak, from one lead before its window opens until the window ends.
 * **Ratio bounds** raise the short pool (prefill when prefill:decode is below ``min``, decode
   when it is above ``max``), never cut one: a ratio bound must not cost SLO. A raise stops at
   the pool's ``max_replicas``; the reason says when the bound could not be met.
@@ -26,6 +28,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from pdscale._cron import Cron
 from pdscale.controller._interface import (
     Cause,
     Observation,
@@ -34,7 +37,7 @@ from pdscale.controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from pdscale.spec import Role, Spec
+from pdscale.spec import PlannedFloor, Role, Spec
 from pdscale.telemetry import Signal
 
 __all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints"]
@@ -53,6 +56,8 @@ class Constraints:
     max_gpus: Mapping[PoolKey, int] = field(default_factory=dict)
     """Every pool the budget covers -> the GPUs it holds at its max_replicas (what a pool
     never read is assumed to hold)."""
+    floors: Mapping[PoolKey, tuple[PlannedFloor, ...]] = field(default_factory=dict)
+    """Planned floors of the pools that have any."""
 
     @classmethod
     def from_spec(cls, spec: Spec) -> Constraints:
@@ -64,13 +69,37 @@ class Constraints:
             ratio={s.name: (s.pd_ratio.min, s.pd_ratio.max) for s in spec.services
                    if s.pd_ratio is not None},
             max_gpus={(s.name, role): p.max_replicas * p.gpus_per_replica
-                      for s in spec.services for role, p in s.pools.items()})
+                      for s in spec.services for role, p in s.pools.items()},
+            floors={(s.name, role): tuple(p.floors) for s in spec.services
+                    for role, p in s.pools.items() if p.floors})
 
 
 def _with(decision: PoolDecision, replicas: int, cause: Cause, reason: str,
           **detail: float | str | None) -> PoolDecision:
     return replace(decision, desired_replicas=replicas, cause=cause,
                    reasons=(*decision.reasons, reason), detail={**decision.detail, **detail})
+
+
+def _apply_floors(decisions: dict[PoolKey, PoolDecision], observation: Observation,
+                  constraints: Constraints) -> None:
+    """Raise a pool to its planned floor from one lead before a window opens until it ends
+    (the budget and the pool's max still bound it)."""
+    for key, floors in constraints.floors.items():
+        decision = decisions.get(key)
+        if decision is None or decision.cause is Cause.DEGRADED:
+            continue
+        ahead = decision.lead_s or decision.cold_start_p90_s or 0.0
+        active = [f for f in floors if Cron.parse(f.cron).active(
+            observation.now_s, float(f.duration), ahead, f.timezone)]
+        if not active:
+            continue
+        floor = max(active, key=lambda f: f.min_replicas)
+        if floor.min_replicas > decision.desired_replicas:
+            decisions[key] = _with(
+                decision, floor.min_replicas, Cause.PLANNED,
+                f"planned floor {floor.min_replicas} (cron '{floor.cron}' {floor.timezone} for "
+                f"{float(floor.duration):.0f} s, asked {ahead:.0f} s ahead of its window)",
+                planned_floor=floor.min_replicas)
 
 
 def _apply_ratio(decisions: dict[PoolKey, PoolDecision], observation: Observation,
@@ -210,6 +239,7 @@ def apply_constraints(decisions: Mapping[PoolKey, PoolDecision], observation: Ob
     by pools the budget covers that have no decision this tick (see
     :func:`unread_pools_gpus`)."""
     out = dict(decisions)
+    _apply_floors(out, observation, constraints)
     _apply_ratio(out, observation, constraints)
     _apply_budget(out, observation, constraints, reserved_gpus)
     return out

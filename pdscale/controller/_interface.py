@@ -110,6 +110,8 @@ class Cause(StrEnum):
     """The data cannot be trusted: held, never scaled down."""
     BOUND = "bound"
     """The pool's min or max replicas."""
+    PLANNED = "planned"
+    """A planned floor (the pool's ``floors``), from one lead before its window."""
     BUDGET = "budget"
     """The GPU budget shared across pools."""
     RATIO = "ratio"
