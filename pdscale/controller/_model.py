@@ -236,7 +236,8 @@ class QueueingPolicy:
         detail = {"load": load, "demand": demand, "need": sized.replicas,
                   "predicted_s": sized.predicted_s, "slo_s": st.slo_s, "met": sized.met,
                   "correction": st.correction.value,
-                  "correction_spread": st.correction.spread}
+                  "correction_spread": st.correction.spread,
+                  "correction_planned": st.correction.planned, **sized.terms}
         return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail,
                             forecast=forecast, lead_s=lead,
                             cold_start_p90_s=st.cold_start.p90_s)

@@ -39,7 +39,8 @@ sequences add ``W E[O] t_step / H`` running ones (each holds a slot for its outp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 from pdscale.controller._perf import decode_operating_point
@@ -130,6 +131,8 @@ class Sized:
     met: bool
     """Whether the prediction meets the SLO within the pool's maximum."""
     reason: str
+    terms: Mapping[str, float] = field(default_factory=dict)
+    """The model's terms, machine-readable (a decision's ``detail``)."""
 
 
 def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
@@ -162,7 +165,11 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
                    f"{min(drain, max_replicas)}")
     if replicas == max_replicas and (drain > max_replicas or not met):
         reason += f"; held to the maximum, {max_replicas}"
-    return Sized(replicas, predicted, met and drain <= max_replicas, reason)
+    terms = {"arrival_rps": load.arrival_rps, "mean_service_s": load.mean_service_s,
+             "offered": a, "variability": load.arrival_cv2 + load.service_cv2,
+             "ttft_floor_s": floor_s, "replicas_for_slo": c, "backlog": queued,
+             "replicas_to_drain": drain, "drain_s": horizon}
+    return Sized(replicas, predicted, met and drain <= max_replicas, reason, terms)
 
 
 @dataclass(frozen=True)
@@ -211,4 +218,7 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
               f"predicted ITL {1000 * predicted:.0f} ms at {replicas}")
     if c > max_replicas:
         reason += f"; held to the maximum, {max_replicas}"
-    return Sized(replicas, predicted, met, reason)
+    terms = {"arrival_rps": load.arrival_rps, "running": running, "running_quantile": tail,
+             "backlog": waiting, "backlog_running": backlog, "batch": point.batch,
+             "step_s": point.step_s, "drain_s": drain_s}
+    return Sized(replicas, predicted, met, reason, terms)

@@ -162,7 +162,8 @@ class World(ABC):
                 self.scale_actions += 1
                 self.decisions.append({"t": rec.time_s, "pool": key[1].value,
                                        "from": rec.current, "to": after,
-                                       "cause": str(rec.cause), "reasons": list(rec.reasons)})
+                                       "cause": str(rec.cause), "reasons": list(rec.reasons),
+                                       "detail": dict(rec.detail)})
 
 
 def build_reconciler(world: World, policy: Policy, *, clock: SimClock,

@@ -121,3 +121,16 @@ def test_an_uncertain_correction_plans_for_its_slower_side() -> None:
     unsure.state[KEY_P].correction.spread = 0.3
     obs = _obs(0, prompt=200_000.0)
     assert unsure.decide(obs)[KEY_P].desired_replicas > sure.decide(obs)[KEY_P].desired_replicas
+
+
+def test_a_decision_carries_the_model_terms_it_said() -> None:
+    """The reasons' numbers are in ``detail`` too (for /v1/decisions, Events and the
+    simulator's decisions.json)."""
+    out = _policy().decide(_obs(0, prompt=200_000.0))
+    p, d = out[KEY_P].detail, out[KEY_D].detail
+    assert p["arrival_rps"] == pytest.approx(100.0)  # 200k tokens/s of 2,000-token prompts
+    assert p["offered"] == pytest.approx(p["arrival_rps"] * p["mean_service_s"])
+    assert p["replicas_for_slo"] == p["need"] and p["correction_planned"] == 1.0
+    assert f"{p['offered']:.2f} replicas busy" in out[KEY_P].reasons[1]
+    assert d["running"] == pytest.approx(d["arrival_rps"] * 200.0 * d["step_s"])
+    assert d["running_quantile"] > d["running"] and d["batch"] >= 1
