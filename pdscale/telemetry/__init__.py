@@ -1,5 +1,6 @@
 """Telemetry: the signal catalog (engine metrics as PromQL for each pool), the Prometheus
-reader, and the controller's self-instrumentation with OpenTelemetry.
+reader, the OTLP signal source (engines' request spans and OTLP metrics), and the
+controller's self-instrumentation with OpenTelemetry.
 """
 
 from pdscale.telemetry._catalog import (
@@ -37,6 +38,8 @@ from pdscale.telemetry._catalog import (
     slo_error_ratio_record,
 )
 from pdscale.telemetry._instrument import ControllerTelemetry
+from pdscale.telemetry._otlp import STAGES, IngestResult, OtlpStore, StageHistogram
+from pdscale.telemetry._otlp_pools import resource_selector
 from pdscale.telemetry._reader import (
     POD_WORK_SIGNALS,
     PodWork,
@@ -64,7 +67,10 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "STAGES",
     "ControllerTelemetry",
+    "IngestResult",
+    "OtlpStore",
     "PodWork",
     "PrometheusAuth",
     "PrometheusQueryError",
@@ -74,6 +80,7 @@ __all__ = [
     "Signal",
     "SignalDef",
     "SignalValue",
+    "StageHistogram",
     "UnknownSignal",
     "derive_signals",
     "dispersion_window_samples",
@@ -87,6 +94,7 @@ __all__ = [
     "pool_query",
     "read_pod_work",
     "recorded_name",
+    "resource_selector",
     "series_refs",
     "signal_def",
     "slo_bucket_expr",

@@ -128,6 +128,10 @@ class Signal(StrEnum):
     TTFT_P95_S = "ttft_p95_s"
     TTFT_P95_RECENT_S = "ttft_p95_recent_s"
     TTFT_P99_S = "ttft_p99_s"
+    # TTFT by stage, from the engines' request spans (the OTLP source).
+    TTFT_QUEUE_P95_S = "ttft_queue_p95_s"
+    TTFT_PREFILL_P95_S = "ttft_prefill_p95_s"
+    TTFT_TRANSFER_P95_S = "ttft_transfer_p95_s"
     ITL_P50_S = "itl_p50_s"
     ITL_P95_S = "itl_p95_s"
     E2E_P95_S = "e2e_p95_s"
@@ -207,6 +211,14 @@ _DEFS: tuple[SignalDef, ...] = (
        "Time to first token, 95th percentile over the last minute"),
     _d(Signal.TTFT_P99_S, "pdscale_pool:time_to_first_token_seconds:p99_rate5m", "s",
        "Time to first token, 99th percentile over 5m"),
+    _d(Signal.TTFT_QUEUE_P95_S, "pdscale_pool:ttft_queue_seconds:p95_rate5m", "s",
+       "Time requests waited in the engine's queue before their prefill, 95th percentile "
+       "over 5m (request spans)"),
+    _d(Signal.TTFT_PREFILL_P95_S, "pdscale_pool:ttft_prefill_seconds:p95_rate5m", "s",
+       "Prefill time to the first token, 95th percentile over 5m (request spans)"),
+    _d(Signal.TTFT_TRANSFER_P95_S, "pdscale_pool:ttft_transfer_seconds:p95_rate5m", "s",
+       "Time to first token outside the queue and the prefill (KV transfer in P/D, "
+       "tokenisation), 95th percentile over 5m (request spans)"),
     _d(Signal.ITL_P50_S, "pdscale_pool:inter_token_latency_seconds:p50_rate5m", "s",
        "Inter-token latency, median over 5m"),
     _d(Signal.ITL_P95_S, "pdscale_pool:inter_token_latency_seconds:p95_rate5m", "s",

@@ -140,7 +140,7 @@ class ControllerTelemetry:
         if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             return False
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter,
             )
         except ImportError:
