@@ -8,6 +8,7 @@ Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIS
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
@@ -17,6 +18,7 @@ from pdscale.controller._reconciler import AdapterError, SourceResult
 from pdscale.controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
 from pdscale.telemetry import (
+    OtlpStore,
     PrometheusQueryError,
     PrometheusReader,
     PrometheusUnavailable,
@@ -25,8 +27,8 @@ from pdscale.telemetry import (
     derive_signals,
 )
 
-__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
-           "warm_from_history"]
+__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "SignalReader", "SourcedReader",
+           "data_health", "warm_from_history"]
 
 POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
@@ -66,13 +68,95 @@ def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_
     return age, "; ".join(why) or None
 
 
+class SignalReader(Protocol):
+    """Where a tick's signals come from: the Prometheus reader, or :class:`SourcedReader`."""
+
+    stale_after_s: float
+
+    def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
+             ) -> dict[PoolKey, dict[Signal, SignalValue]]:
+        ...
+
+
+class SourcedReader:
+    """Each signal from the source the spec names (``controller.signal_sources``):
+    Prometheus, the OTLP receiver's store, or both (OTLP's value where it has one, else
+    Prometheus'). The pool's data age is the freshest of the sources in use; scrape-target
+    health comes from Prometheus only. A Prometheus failure leaves the OTLP signals standing
+    (``partial_errors`` holds it) unless every signal needed Prometheus."""
+
+    def __init__(self, spec: Spec, prometheus: PrometheusReader | None,
+                 otlp: OtlpStore | None) -> None:
+        sources = spec.controller.signal_sources
+        self.spec = spec
+        self.prometheus = prometheus if sources.uses("prometheus") else None
+        self.otlp = otlp
+        if prometheus is None and sources.uses("prometheus"):
+            raise ValueError("controller.signal_sources reads Prometheus, but no Prometheus "
+                             "reader was given")
+        if otlp is None and sources.uses("otlp"):
+            raise ValueError("controller.signal_sources reads OTLP, but the receiver is off")
+        self.stale_after_s = max(
+            [r.stale_after_s for r in (prometheus, otlp) if r is not None] or [120.0])
+        self.answered: dict[PoolKey, dict[Signal, str | None]] = {}
+        """Per pool and signal, the source whose value was used at the last read (None: no
+        source had one)."""
+        self.partial_errors: list[Exception] = []
+
+    def _source(self, signal: Signal) -> str:
+        if signal in HEALTH_SIGNALS:
+            return "health"
+        return self.spec.controller.signal_sources.source(signal.value)
+
+    def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
+             ) -> dict[PoolKey, dict[Signal, SignalValue]]:
+        self.partial_errors = []
+        prom_signals = [s for s in signals if self._source(s) in ("prometheus", "both")
+                        or (self._source(s) == "health" and self.prometheus is not None)]
+        otlp_signals = [s for s in signals if self._source(s) in ("otlp", "both")
+                        or (s is Signal.SAMPLE_AGE_S and self.otlp is not None)]
+        prom: dict[PoolKey, dict[Signal, SignalValue]] = {}
+        if self.prometheus is not None and prom_signals:
+            try:
+                prom = self.prometheus.read(spec, prom_signals, at_s=at_s)
+            except (PrometheusUnavailable, PrometheusQueryError) as exc:
+                if not otlp_signals:
+                    raise
+                self.partial_errors.append(exc)
+        otlp = self.otlp.read(spec, otlp_signals, at_s=at_s) \
+            if self.otlp is not None and otlp_signals else {}
+        missing = SignalValue(None, None)
+        out: dict[PoolKey, dict[Signal, SignalValue]] = {}
+        for key in {*prom, *otlp}:
+            p, o = prom.get(key, {}), otlp.get(key, {})
+            row: dict[Signal, SignalValue] = {}
+            answered: dict[Signal, str | None] = {}
+            for sig in signals:
+                source = self._source(sig)
+                pv, ov = p.get(sig, missing), o.get(sig, missing)
+                if sig is Signal.SAMPLE_AGE_S:
+                    fresh = [(v, name) for v, name in ((pv, "prometheus"), (ov, "otlp"))
+                             if v.value is not None]
+                    best = min(fresh, key=lambda f: (f[0].value or 0.0) + (f[0].age_s or 0.0),
+                               default=(missing, None))
+                    row[sig], answered[sig] = best
+                elif source == "otlp" or (source == "both" and ov.value is not None):
+                    row[sig], answered[sig] = ov, "otlp" if ov.value is not None else None
+                else:
+                    row[sig], answered[sig] = pv, "prometheus" if pv.value is not None \
+                        else None
+            out[key] = row
+            self.answered[key] = answered
+        return out
+
+
 def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | None]:
     """The read values, with the derived signals (mean lengths over the rate window)."""
     return derive_signals({sig: v.value for sig, v in values.items()})
 
 
 class ClusterSource:
-    def __init__(self, spec: Spec, reader: PrometheusReader,
+    def __init__(self, spec: Spec, reader: PrometheusReader | SignalReader,
                  kube: KubeScaleActuator | SimBackend, *,
                  extra_signals: Sequence[Signal] = ()) -> None:
         self.spec = spec
@@ -89,6 +173,8 @@ class ClusterSource:
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
+        for partial in getattr(self.reader, "partial_errors", ()):
+            errors.append(AdapterError.from_exception(partial, None, now_s))
         pools: dict[PoolKey, PoolObservation] = {}
         staleness: dict[PoolKey, dict[Signal, float | None]] = {}
         statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services

@@ -314,7 +314,13 @@ _CONTROLLER_OWN = frozenset({
     "pdscale_alerts_received_total",
     # Scale-down drains (controller._drain).
     "pdscale_drain_replicas", "pdscale_drain_ended_total", "pdscale_drain_cut_requests_total",
-    "pdscale_drain_timeouts_in_a_row"})
+    "pdscale_drain_timeouts_in_a_row",
+    # The OTLP receiver (controller._otlp_receiver).
+    "pdscale_otlp_accepted_total", "pdscale_otlp_dropped_total", "pdscale_otlp_refused_total",
+    *(f"pdscale_otlp_{stage}_seconds{part}" for stage in (
+        "time_to_first_token", "queue_time", "prefill_time", "transfer_time",
+        "inter_token_latency", "e2e_request_latency") for part in ("_bucket", "_count",
+                                                                   "_sum"))})
 """Series the controller exports about itself (not per pool): health, tick time, leadership,
 alert reactions."""
 
