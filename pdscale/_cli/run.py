@@ -91,10 +91,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         otlp_host = args.otlp_host or host
         http_port = o.http_port if args.otlp_http_port is None else args.otlp_http_port
         grpc_port = o.grpc_port if args.otlp_grpc_port is None else args.otlp_grpc_port
-        for what, port in (("OTLP/HTTP", http_port), ("OTLP/gRPC", grpc_port)):
-            busy = _port_busy(otlp_host, port) if port else None
+        for what, otlp_port in (("OTLP/HTTP", http_port), ("OTLP/gRPC", grpc_port)):
+            busy = _port_busy(otlp_host, otlp_port) if otlp_port else None
             if busy:
-                err(f"cannot listen on {otlp_host}:{port} for {what}: {busy}; pass "
+                err(f"cannot listen on {otlp_host}:{otlp_port} for {what}: {busy}; pass "
                     f"--otlp-{'http' if 'HTTP' in what else 'grpc'}-port with a free port "
                     "(0 turns it off)")
                 return EXIT_BAD_INPUT
@@ -103,8 +103,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if refusal:
             print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
         otlp_note = "; OTLP on " + ", ".join(
-            f"{name} {otlp_host}:{port}" for name, port in (("http", http_port),
-                                                             ("grpc", grpc_port)) if port)
+            f"{name} {otlp_host}:{p}" for name, p in (("http", http_port),
+                                                       ("grpc", grpc_port)) if p)
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}{otlp_note}; API on "

@@ -354,7 +354,9 @@ class OtlpReceiver:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4,
                                                         thread_name_prefix="pdscale-otlp-grpc"),
                              handlers=[Handler()], maximum_concurrent_rpcs=64,
-                             options=[("grpc.max_receive_message_length", limit)])
+                             options=[("grpc.max_receive_message_length", limit),
+                                      # a port in use is an error, not silently shared
+                                      ("grpc.so_reuseport", 0)])
         bound = server.add_insecure_port(f"{host}:{port}")
         if bound == 0:
             raise OSError(f"the OTLP/gRPC receiver could not listen on {host}:{port}")
