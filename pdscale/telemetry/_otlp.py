@@ -351,6 +351,7 @@ class OtlpStore:
         with self._lock:
             for rm in request.resource_metrics:
                 key: PoolKey | tuple[str, str] | None = None
+                resource: tuple[tuple[str, str], ...] = ()
                 for sm in rm.scope_metrics:
                     for metric in sm.metrics:
                         measure = measure_of(metric.name)
@@ -360,18 +361,22 @@ class OtlpStore:
                             continue
                         if key is None:
                             key = self._pool(rm.resource)
+                            resource = tuple(sorted(
+                                (kv.key, anyvalue_text(kv.value))
+                                for kv in rm.resource.attributes))
                         if not isinstance(key[1], Role):
                             reason, detail = key
                             result.drop(reason, detail, len(getattr(metric, kind).data_points))
                             continue
-                        self._add_metric(key, metric, kind, measure,  # type: ignore[arg-type]
-                                         now_s, keep_from, result)
+                        self._add_metric(key, resource, metric,  # type: ignore[arg-type]
+                                         kind, measure, now_s, keep_from, result)
             self._account(result)
             self.accepted_points += result.accepted
         return result
 
-    def _add_metric(self, key: PoolKey, metric: Any, kind: str, measure: tuple[str, str, float],
-                    now_s: float, keep_from: int, result: IngestResult) -> None:
+    def _add_metric(self, key: PoolKey, resource: tuple[tuple[str, str], ...], metric: Any,
+                    kind: str, measure: tuple[str, str, float], now_s: float, keep_from: int,
+                    result: IngestResult) -> None:
         name, want, scale = measure
         data = getattr(metric, kind)
         got = {"gauge": "gauge", "sum": "counter", "histogram": "histogram",
@@ -390,7 +395,7 @@ class OtlpStore:
             t = self._when(point.time_unix_nano / 1e9, now_s, result)
             if t is None:
                 continue
-            sid = (name, (*sorted(attrs.items()), ("__metric__", metric.name)))
+            sid = (name, (*resource, *sorted(attrs.items()), ("__metric__", metric.name)))
             series = pool.series.get(sid)
             if series is None:
                 if len(pool.series) >= _MAX_SERIES_PER_POOL:

@@ -162,7 +162,7 @@ def test_the_controller_scales_prefill_on_span_demand(controller: dict[str, Any]
     with urllib.request.urlopen(f"{controller['base']}/metrics", timeout=3) as resp:
         metrics = resp.read().decode()
     assert 'pdscale_otlp_queue_time_seconds_bucket{' in metrics
-    assert "pdscale_otlp_accepted_total" in metrics, [m for m in metrics.splitlines() if "otlp" in m][:20]
+    assert "pdscale_otlp_accepted_total" in metrics
 
 
 def test_spans_from_an_unknown_pod_are_counted_not_used(controller: dict[str, Any]) -> None:
