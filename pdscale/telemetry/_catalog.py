@@ -314,18 +314,21 @@ _CONTROLLER_OWN = frozenset({
     "pdscale_alerts_received_total",
     # Scale-down drains (controller._drain).
     "pdscale_drain_replicas", "pdscale_drain_ended_total", "pdscale_drain_cut_requests_total",
-    "pdscale_drain_timeouts_in_a_row",
-    # The OTLP receiver (controller._otlp_receiver).
-    "pdscale_otlp_accepted_total", "pdscale_otlp_dropped_total", "pdscale_otlp_refused_total",
-    *(f"pdscale_otlp_{stage}_seconds{part}" for stage in (
-        "time_to_first_token", "queue_time", "prefill_time", "transfer_time",
-        "inter_token_latency", "e2e_request_latency") for part in ("_bucket", "_count",
-                                                                   "_sum"))})
+    "pdscale_drain_timeouts_in_a_row"})
 """Series the controller exports about itself (not per pool): health, tick time, leadership,
 alert reactions."""
 
 CONTROL_PLANE_METRICS = frozenset(d.series for d in _DEFS if d.scope == "control") | \
     _CONTROLLER_OWN
+
+_OTLP_OWN = frozenset({
+    "pdscale_otlp_accepted_total", "pdscale_otlp_dropped_total", "pdscale_otlp_refused_total",
+    *(f"pdscale_otlp_{stage}_seconds{part}" for stage in (
+        "time_to_first_token", "queue_time", "prefill_time", "transfer_time",
+        "inter_token_latency", "e2e_request_latency") for part in ("_bucket", "_count",
+                                                                   "_sum"))})
+"""Series the controller exports only while its OTLP receiver runs (controller._otlp_receiver:
+what it took, dropped and refused; the span-derived stage histograms)."""
 
 
 def derive_signals(values: Mapping[Signal, float | None]) -> dict[Signal, float | None]:
@@ -917,7 +920,7 @@ def _known_metrics() -> frozenset[str]:
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}
-    names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN
+    names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN | _OTLP_OWN
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
     names |= {slo_bucket_record(k) for k in ("ttft", "itl")}
     names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}
