@@ -33,12 +33,14 @@ from pdscale.telemetry import (
     SLO_WINDOWS,
     Signal,
     engine_signals,
-    pool_expr,
+    recorded_expr,
     recorded_name,
     slo_bucket_expr,
     slo_bucket_record,
     slo_error_ratio_expr,
     slo_error_ratio_record,
+    slo_source,
+    span_signals,
 )
 
 Severity = Literal["warning", "critical"]
@@ -146,10 +148,11 @@ def recording_groups(spec: Spec) -> list[Rule]:
         for role in Role:
             labels = pool_labels(service, role)
             del labels["namespace"]  # kept from the series by `by (namespace)`
-            for signal in sorted(engine_signals(service, role), key=lambda s: s.value):
+            signals = engine_signals(service, role) | span_signals(spec, service, role)
+            for signal in sorted(signals, key=lambda s: s.value):
                 rules.append({
                     "record": recorded_name(signal),
-                    "expr": pool_expr(signal, service, role),
+                    "expr": recorded_expr(spec, signal, service, role),
                     "labels": dict(labels),
                 })
         for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
@@ -161,15 +164,17 @@ def recording_groups(spec: Spec) -> list[Rule]:
             rules.append({"record": SLO_THRESHOLD_RECORD, "expr": f"vector({_num(threshold)})",
                           "labels": dict(labels)})
             del labels["namespace"]
+            source = slo_source(spec, kind)  # type: ignore[arg-type]
             for window in SLO_WINDOWS:
-                expr = slo_error_ratio_expr(service, kind, window)  # type: ignore[arg-type]
+                expr = slo_error_ratio_expr(service, kind, window,  # type: ignore[arg-type]
+                                            source=source)
                 if expr is not None:
                     rules.append({
                         "record": slo_error_ratio_record(kind, window),  # type: ignore[arg-type]
                         "expr": expr,
                         "labels": dict(labels),
                     })
-            bucket = slo_bucket_expr(service, kind)  # type: ignore[arg-type]
+            bucket = slo_bucket_expr(service, kind, source=source)  # type: ignore[arg-type]
             if bucket is not None:
                 rules.append({"record": slo_bucket_record(kind),  # type: ignore[arg-type]
                               "expr": bucket, "labels": dict(labels)})

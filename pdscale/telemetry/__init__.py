@@ -16,6 +16,8 @@ from pdscale.telemetry._catalog import (
     SLO_OBJECTIVE_RECORD,
     SLO_THRESHOLD_RECORD,
     SLO_WINDOWS,
+    SPAN_HISTOGRAM_SERIES,
+    STAGE_SIGNALS,
     SeriesRef,
     Signal,
     SignalDef,
@@ -28,6 +30,7 @@ from pdscale.telemetry._catalog import (
     metric_names_in,
     pool_expr,
     pool_query,
+    recorded_expr,
     recorded_name,
     series_refs,
     signal_def,
@@ -36,6 +39,8 @@ from pdscale.telemetry._catalog import (
     slo_bucket_ref,
     slo_error_ratio_expr,
     slo_error_ratio_record,
+    slo_source,
+    span_signals,
 )
 from pdscale.telemetry._instrument import ControllerTelemetry
 from pdscale.telemetry._otlp import STAGES, IngestResult, OtlpStore, StageHistogram
@@ -67,7 +72,9 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "SPAN_HISTOGRAM_SERIES",
     "STAGES",
+    "STAGE_SIGNALS",
     "ControllerTelemetry",
     "IngestResult",
     "OtlpStore",
@@ -93,6 +100,7 @@ __all__ = [
     "pool_expr",
     "pool_query",
     "read_pod_work",
+    "recorded_expr",
     "recorded_name",
     "resource_selector",
     "series_refs",
@@ -102,4 +110,6 @@ __all__ = [
     "slo_bucket_ref",
     "slo_error_ratio_expr",
     "slo_error_ratio_record",
+    "slo_source",
+    "span_signals",
 ]

@@ -26,27 +26,20 @@ from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from pdscale.spec import PoolKey, Spec
-from pdscale.telemetry._catalog import Signal
+from pdscale.telemetry._catalog import SPAN_HISTOGRAM_SERIES, Signal
 from pdscale.telemetry._otlp import OtlpStore
 
 __all__ = ["SPAN_HISTOGRAMS", "ControllerTelemetry"]
 
 
-SPAN_HISTOGRAMS = {
-    "ttft": ("pdscale_otlp_time_to_first_token_seconds",
-             "Time to first token from the engines' request spans"),
-    "queue": ("pdscale_otlp_queue_time_seconds",
-              "Time in the engine's queue before the prefill, from request spans"),
-    "prefill": ("pdscale_otlp_prefill_time_seconds",
-                "Prefill time to the first token, from request spans"),
-    "transfer": ("pdscale_otlp_transfer_time_seconds",
-                 "Time to first token outside the queue and the prefill (KV transfer, "
+SPAN_HISTOGRAMS = {stage: (SPAN_HISTOGRAM_SERIES[stage], help_) for stage, help_ in (
+    ("ttft", "Time to first token from the engines' request spans"),
+    ("queue", "Time in the engine's queue before the prefill, from request spans"),
+    ("prefill", "Prefill time to the first token, from request spans"),
+    ("transfer", "Time to first token outside the queue and the prefill (KV transfer, "
                  "tokenisation), from request spans"),
-    "itl": ("pdscale_otlp_inter_token_latency_seconds",
-            "Mean time per output token of each request, from request spans"),
-    "e2e": ("pdscale_otlp_e2e_request_latency_seconds",
-            "End-to-end request latency from request spans"),
-}
+    ("itl", "Mean time per output token of each request, from request spans"),
+    ("e2e", "End-to-end request latency from request spans"))}
 """Stage -> (series, help) of the re-exported span histograms."""
 
 
@@ -66,9 +59,12 @@ class _SpanHistograms:
                 "namespace", "model_name", "pdscale_service", "pdscale_pool"])
             for key, stages in sorted(histograms.items()):
                 h = stages[stage]
+                if not h.count:  # a stage this pool's spans do not give: no series, not zeros
+                    continue
                 labels = self._labels(key)
-                buckets = [(f"{b:g}", float(c)) for b, c in zip(h.bounds, h.counts,
-                                                                strict=True)]
+                # ``le`` as Python clients write it (0.5, 1.0), which le_matcher matches.
+                buckets = [(repr(float(b)), float(c))
+                           for b, c in zip(h.bounds, h.counts, strict=True)]
                 buckets.append(("+Inf", float(h.count)))
                 family.add_metric([labels.get("namespace", ""), labels.get("model_name", ""),
                                    key[0], key[1].value], buckets, h.sum_s)
