@@ -47,6 +47,11 @@ class AlertThresholds(_Model):
     """TTFT p95 as a multiple of the SLO threshold."""
     itl_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
     """ITL p95 as a multiple of the SLO threshold."""
+    ttft_stage: TieredThreshold = _tiers(0.5, "10m", 0.8, "5m")
+    """One stage of TTFT (queue, prefill, transfer: the 95th percentile of each, from the
+    engines' request spans) as a share of the TTFT SLO threshold: a stage that alone takes
+    half the budget says where the time goes before TTFT itself misses (generated only
+    where spans give the stage: the OTLP receiver runs, vLLM or SGLang)."""
     queue_backlog: TieredThreshold = _tiers(5, "10m", 20, "3m")
     """Waiting requests per ready replica (llm-d saturates at 5)."""
     queue_growing: TieredThreshold = _tiers(0.05, "15m", 0.5, "5m")

@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdscale.alerts import recording_groups
+from pdscale.alerts import alert_defs, recording_groups
 from pdscale.spec import SOURCE_SIGNALS, Role, Spec, load_spec, parse_spec
 from pdscale.telemetry import (
     SPAN_HISTOGRAM_SERIES,
@@ -129,6 +129,7 @@ def test_without_the_receiver_the_rules_are_the_engines_own() -> None:
     assert not span_signals(spec, spec.services[0], Role.PREFILL)
     text = str(recording_groups(spec))
     assert "pdscale_otlp_" not in text
+    assert "LLMTimeToFirstTokenStageHigh" not in {d.name for d in alert_defs(spec)}
 
 
 @pytest.mark.parametrize(("engine", "stages"), [
@@ -154,6 +155,9 @@ def test_ttft_stages_are_recorded_where_the_engines_spans_give_them(engine: str,
                 rules[recorded_name(signal)]
         else:
             assert recorded_name(signal) not in rules
+    alerts = [d for d in alert_defs(spec) if d.name == "LLMTimeToFirstTokenStageHigh"]
+    assert {d.tiers[0].labels["stage"] for d in alerts} == stages
+    assert len(alerts) == 2 * len(stages)  # each pool
 
 
 def test_each_signal_is_recorded_from_the_source_the_spec_names() -> None:
