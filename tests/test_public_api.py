@@ -26,6 +26,7 @@ PUBLIC = {
                   "slo_bucket_ref", "slo_error_ratio_expr",
                   "slo_error_ratio_record", "slo_source", "span_signals",
                   "recorded_expr", "SPAN_HISTOGRAM_SERIES", "STAGE_SIGNALS",
+                  "COLLECTOR_TOKEN_ENV", "collector_config", "collector_notes",
                   "POD_WORK_SIGNALS", "PodWork", "pod_work_query", "read_pod_work",
                   "STAGES", "IngestResult", "OtlpStore", "StageHistogram",
                   "resource_selector"],

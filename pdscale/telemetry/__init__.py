@@ -42,6 +42,7 @@ from pdscale.telemetry._catalog import (
     slo_source,
     span_signals,
 )
+from pdscale.telemetry._collector import COLLECTOR_TOKEN_ENV, collector_config, collector_notes
 from pdscale.telemetry._instrument import ControllerTelemetry
 from pdscale.telemetry._otlp import STAGES, IngestResult, OtlpStore, StageHistogram
 from pdscale.telemetry._otlp_pools import resource_selector
@@ -59,6 +60,7 @@ from pdscale.telemetry._reader import (
 )
 
 __all__ = [
+    "COLLECTOR_TOKEN_ENV",
     "CONTROL_PLANE_METRICS",
     "DISPERSION_WINDOW",
     "DISPERSION_WINDOW_S",
@@ -89,6 +91,8 @@ __all__ = [
     "SignalValue",
     "StageHistogram",
     "UnknownSignal",
+    "collector_config",
+    "collector_notes",
     "derive_signals",
     "dispersion_window_samples",
     "dynamo_label_namespace",
