@@ -22,7 +22,7 @@ Design:
   a clock ahead of ours (``clock_skew``) or older than the windows (``too_old``).
 
 Quantile error of the sketch against the exact value and against Prometheus histograms:
-``bench/otlp.py --accuracy`` (docs/opentelemetry.md shows the table).
+``python bench/otlp.py --only accuracy`` (docs/opentelemetry.md shows the table).
 """
 
 from __future__ import annotations
