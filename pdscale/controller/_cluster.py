@@ -101,6 +101,9 @@ class SourcedReader:
         self.answered: dict[PoolKey, dict[Signal, str | None]] = {}
         """Per pool and signal, the source whose value was used at the last read (None: no
         source had one)."""
+        self.ages: dict[PoolKey, dict[Signal, float | None]] = {}
+        """Per pool and signal, the age in seconds of the data behind the value used at the
+        last read (None: unknown, or no value)."""
         self.partial_errors: list[Exception] = []
 
     def _source(self, signal: Signal) -> str:
@@ -147,6 +150,8 @@ class SourcedReader:
                         else None
             out[key] = row
             self.answered[key] = answered
+            self.ages[key] = {sig: v.age_s if sig is not Signal.SAMPLE_AGE_S else v.value
+                              for sig, v in row.items()}
         return out
 
 

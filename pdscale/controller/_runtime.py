@@ -437,6 +437,8 @@ class Controller:
                            if self.otlp_store is not None else {}).items()}},
             "signal_sources": {f"{k[0]}/{k[1].value}": {s.value: src for s, src in v.items()}
                                for k, v in self.signal_reader.answered.items()},
+            "signal_ages_s": {f"{k[0]}/{k[1].value}": {s.value: age for s, age in v.items()}
+                              for k, v in self.signal_reader.ages.items()},
             "warm_up": self.warm_result,
             "gpu_budget": self.spec.gpu_budget,
             "tick_s": self.reconciler.tick_s,

@@ -108,7 +108,7 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
                     assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 time.sleep(0.3)
             yield {"base": base, "http": http, "grpc": grpc_port, "state": state,
-                   "proc": proc}
+                   "proc": proc, "spec": spec}
         finally:
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=30)
@@ -182,6 +182,43 @@ def test_the_controller_scales_prefill_on_span_demand(controller: dict[str, Any]
         metrics = resp.read().decode()
     assert 'pdscale_otlp_queue_time_seconds_bucket{' in metrics
     assert "pdscale_otlp_accepted_total" in metrics
+
+
+def test_check_reports_which_source_answered_and_how_fresh(
+        controller: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """``pdscale check --controller``: with OTLP as the only source, Prometheus is not
+    checked; every signal the pools are decided on was answered by spans, seconds old."""
+    from pdscale.cli import main
+
+    now = time.time()
+    for role in ("prefill", "decode"):
+        _export("grpc", controller["grpc"], f"llama-chat-{role}-check-0",
+                [Req(end_s=now - 0.5 - i * 0.01, ttft_s=0.2, decode_s=1.0, completion=101)
+                 for i in range(50)])
+    # Rates need one 30 s slot of receiving: a fresh controller has none before.
+    _wait(controller["base"], lambda s: all(
+        s["signal_sources"].get(f"llama-chat/{r}", {}).get(sig) == "otlp"
+        for r, sig in (("prefill", "ttft_p95_s"), ("decode", "itl_p95_s"),
+                       ("prefill", "prompt_tokens_per_s"),
+                       ("decode", "generation_tokens_per_s"))), timeout_s=60)
+    capsys.readouterr()
+    code = main(["check", str(controller["spec"]), "--controller", controller["base"]])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Prometheus not checked: the spec reads no signal from it" in out
+    assert "every signal the controller needs has a fresh source" in out
+    code = main(["check", str(controller["spec"]), "--controller", controller["base"],
+                 "--json"])
+    report = json.loads(capsys.readouterr().out.split("\nPrometheus not checked")[0])
+    assert code == 0 and report["sources_ready"] is True
+    rows = {(r["pool"], r["signal"]): r for r in report["sources"]}
+    for pool, name in (("prefill", "ttft_p95_s"), ("prefill", "prompt_tokens_per_s"),
+                       ("decode", "itl_p95_s"), ("decode", "generation_tokens_per_s")):
+        row = rows[(pool, name)]
+        assert (row["configured"], row["answered"], row["status"]) == ("otlp", "otlp", "ok")
+        assert row["needed_by"] == "controller" and 0 <= row["age_s"] < 60, row
+    queue = rows[("prefill", "queue_depth")]  # no gauge from spans: none is made up
+    assert queue["answered"] is None and queue["status"] == "missing"
 
 
 def test_spans_from_an_unknown_pod_are_counted_not_used(controller: dict[str, Any]) -> None:
