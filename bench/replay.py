@@ -3,13 +3,17 @@
     .venv/bin/python bench/replay.py --trace synthetic --duration 120 --max-rps 5
     .venv/bin/python bench/replay.py --stack-dir .pdscale-up/dynamo --trace trace.csv
 
+(``pdscale load`` is the command for a stack ``pdscale up`` runs: it prints progress too.)
+
 Without ``--stack-dir`` it starts the spec's first dynamo service (``simulator._stack``, each
 pool at ``--prefill``/``--decode`` workers, kept at size by the process actuator) and stops it
 after; with it, it replays against the stack ``pdscale up --engine dynamo`` left running. The
 trace is any format ``pdscale simulate`` reads (Azure, Mooncake, BurstGPT, ServeGen,
-synthetic); prompts are clipped to ``--max-prompt-tokens`` and outputs to
-``--max-output-tokens`` so a run fits this machine. Writes ``summary.json`` (the simulator's
-fields, measured at the client) and ``requests.jsonl`` to ``--out`` and prints the headline.
+synthetic), sent as it is unless ``--max-rps`` thins it or ``--max-prompt-tokens`` /
+``--max-output-tokens`` clip it (prompts beyond the tiny model's context are clipped to
+60,000 tokens); what was thinned or clipped is printed. Writes ``summary.json`` (the
+simulator's fields, measured at the client) and ``requests.jsonl`` to ``--out`` and prints
+the headline.
 """
 
 from __future__ import annotations
@@ -18,10 +22,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", dest="fmt")
     parser.add_argument("--start", type=float, default=0.0, help="trace seconds to skip")
     parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--max-rps", type=float, default=5.0)
-    parser.add_argument("--max-prompt-tokens", type=int, default=8192)
-    parser.add_argument("--max-output-tokens", type=int, default=512)
+    parser.add_argument("--max-rps", type=float, help="thin to this mean rate (default: none)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=60000)
+    parser.add_argument("--max-output-tokens", type=int, help="default: none")
     parser.add_argument("--prefill", type=int, help="workers (default: the pool's min)")
     parser.add_argument("--decode", type=int, help="workers (default: the pool's min)")
     parser.add_argument("--out", default=str(ROOT / "out" / "replay"))
@@ -64,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     service = next(s for s in spec.services if s.engine is Engine.DYNAMO)
     trace = load_trace(args.trace, args.fmt, seed=args.seed,
                        duration_s=args.start + args.duration)
-    trace = replace(trace, prompt_tokens=np.minimum(trace.prompt_tokens, args.max_prompt_tokens),
-                    output_tokens=np.minimum(trace.output_tokens, args.max_output_tokens))
     options = ReplayOptions(duration_s=args.duration, start_s=args.start, max_rps=args.max_rps,
-                            seed=args.seed)
+                            max_prompt_tokens=args.max_prompt_tokens,
+                            max_output_tokens=args.max_output_tokens, seed=args.seed)
     gpus = {r.value: service.pools[r].gpus_per_replica for r in Role}
     stack: DynamoStack | None = None
     if args.stack_dir:
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in result.files().items():
         (out / name).write_text(text)
     s = result.summary
+    for note in s["notes"]:
+        print(f"note: {note}")
     print(f"{s['requests']} requests, {s['finished']} finished, {s['errors']} errors; "
           f"SLO attainment {s['slo_attainment']:.3f} (TTFT {s['ttft_attainment']:.3f}, "
           f"ITL {s['itl_attainment']:.3f}); TTFT p95 {s['ttft_p95_s'] or float('nan'):.3f} s, "

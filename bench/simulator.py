@@ -5,7 +5,7 @@
 Event mode: simulated requests per minute of wall time on one core (a 2-hour synthetic trace at
 40 req/s, and the Azure code trace x4 when ../shared is present), oracle policy. Fluid mode:
 14 days of ServeGen m-large (../shared/traces) with the reactive policy, and the policy
-benchmark's 14-day ServeGen m-large run (bench/policies.yaml, 60 s cold start) under pdscale
+benchmark's 14-day ServeGen m-large run (bench/suite.yaml, 60 s cold start) under pdscale
 and under the oracle. Every policy runs in the production reconcile loop on the simulated
 clock. Each case runs in its own process so its peak RSS is its own; CPU is the process's.
 Targets: event >= 200,000 requests/min; fluid 14 days < 60 s; peak memory < 2 GB (issue 3);

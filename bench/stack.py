@@ -233,6 +233,9 @@ class BenchOptions:
     seed: int = 0
     command: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    start_from: tuple[int, int] | None = None
+    """Where pdscale and reactive start: (prefill, decode) workers, or None for the pools'
+    minimum (cold)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "in stack.json and rewrite the results")
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start-from", default="cold", metavar="cold|P+D",
+                        help="where the autoscaled runs start: cold (the pools' minimum "
+                        "workers) or P+D workers, e.g. the smallest static allocation that "
+                        "meets the SLO (default: cold)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="must be 1: runs are real time and share the machine")
     return parser
@@ -313,8 +320,15 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
                         scale={t: scale[t] for t in traces}, max_replicas=args.max_replicas,
                         speedup=args.speedup, simulate=args.simulate, merge=args.merge,
                         keep=args.keep, resimulate=args.resimulate, out=Path(args.out),
-                        seed=args.seed,
+                        seed=args.seed, start_from=_start_from(args.start_from),
                         command="bench/stack.py " + " ".join(argv))
+
+
+def _start_from(text: str) -> tuple[int, int] | None:
+    if text == "cold":
+        return None
+    choice = parse_policy(f"static:{text}")
+    return choice.prefill, choice.decode
 
 
 # -- policies on the stack and in the simulator ----------------------------------------------
@@ -475,7 +489,7 @@ def timeline(scheduled_s: Sequence[float], ttft_s: Sequence[float | None],
 def decision_changes(decisions: Sequence[Mapping[str, Any]], t0_s: float
                      ) -> list[dict[str, Any]]:
     """The decisions that changed a pool's size (time from the replay's start, cause, the
-    reasons), for the record and the README."""
+    reasons), for the record."""
     return [{"t_s": round(float(d["time"]) - t0_s, 1), "pool": d["pool"],
              "from": d["current"], "to": d["desired"], "ready": d["ready"],
              "cause": d["cause"], "outcome": d["outcome"], "reasons": list(d["reasons"])}
@@ -835,24 +849,18 @@ def load_window(name: str, start_min: float, minutes: float, scale: float, seed:
         MAX_PROMPT_TOKENS)
 
 
-def autoscaled_start(trace: Any, spec_path: Path, cold_start_s: float) -> dict[Role, int]:
-    """Where an autoscaled run starts: the simulator's convention (``simulator.prepare``), the
-    replicas the trace's true demand needs over the first cold start plus a minute, so that
-    the window's start is not a cold-start artefact of an empty deployment (a deployment that
-    has been running would be sized for its load). Static runs start at their own size."""
-    from pdscale.controller import load_profile
-    from pdscale.simulator._policies import demand_plan
+def autoscaled_start(spec_path: Path, start_from: tuple[int, int] | None) -> dict[Role, int]:
+    """Where an autoscaled run starts, the same for every policy of a run: the pools' minimum
+    workers (cold), or the allocation given, kept within the pools' bounds. Static runs start
+    at their own size."""
     from pdscale.spec import load_spec
 
     service = load_spec(spec_path).services[0]
-    plan = demand_plan(trace, load_profile(service.pools[Role.PREFILL].profile),
-                       load_profile(service.pools[Role.DECODE].profile),
-                       service.slo.ttft_p95_s, service.slo.itl_p95_s)
-    lead = int(cold_start_s) + 60
-    need = {Role.PREFILL: int(plan.prefill[:lead].max()),
-            Role.DECODE: int(plan.decode[:lead].max())}
+    if start_from is None:
+        return {r: service.pools[r].min_replicas for r in Role}
+    want = {Role.PREFILL: start_from[0], Role.DECODE: start_from[1]}
     return {r: max(service.pools[r].min_replicas, min(service.pools[r].max_replicas, n))
-            for r, n in need.items()}
+            for r, n in want.items()}
 
 
 def _warm(run: Any, *, controller: bool) -> None:
@@ -898,7 +906,7 @@ def run_on_stack(name: str, trace: Any, choice: PolicyChoice, cold_start_s: floa
     service = spec.services[0]
     initial = ({Role.PREFILL: choice.prefill, Role.DECODE: choice.decode}
                if choice.name == "static" else
-               autoscaled_start(trace, spec_path, cold_start_s))
+               autoscaled_start(spec_path, opts.start_from))
     policy: Any = None
     extra: tuple[Any, ...] = ()
     if choice.name == "reactive":

@@ -184,6 +184,11 @@ class ServiceSpec(_Model):
         "(default: a PodMonitor's). The engines emit no namespace or pod label: pool "
         "selectors may use only these and the engine's own labels; add any label your "
         "relabelling copies from the pod (e.g. a role label used in match_labels)")
+    gpu_metrics: bool = Field(
+        default=True, description="Whether the pools' GPUs are scraped from the DCGM exporter "
+        "with its Kubernetes pod mapping (the gpu signal group). false where nothing exports "
+        "them (no DCGM exporter, the loopback stack): pdscale then records, alerts on and "
+        "checks no GPU signal, and generates no absence alert for the group")
     pools: dict[Role, PoolSpec]
     """The `prefill` and the `decode` pool."""
 

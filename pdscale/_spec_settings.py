@@ -310,6 +310,33 @@ class OtlpSettings(_Model):
     auth: WebhookAuth = Field(default_factory=WebhookAuth)
     """How exporters authenticate (bearer token or basic auth), with the webhook's rule: no
     authentication on a non-loopback address only with allow_unauthenticated."""
+class SizingSettings(_Model):
+    """The queueing model's settings (``controller.sizing``): everything else it uses comes
+    from the pool's profile, its SLO or a measurement. The scale-up quantile, the
+    stabilisation window and the step down are the controller's own settings."""
+
+    model: Literal["rules", "queueing"] = Field(
+        default="rules", description="rules: the rule-based sizing; queueing: one queueing "
+        "model (prefill an M/G/c queue, decode Little's law in batches), see docs/sizing.md")
+    calibration_rate: float = Field(
+        default=0.2, gt=0, le=1, description="Share of the way the pool's correction moves "
+        "towards what one latency reading implies (0.2: about five readings to follow a "
+        "change, one noisy reading moves it a fifth)")
+    calibration_min: float = Field(
+        default=0.5, gt=0, le=1, description="Lowest correction of the profile's service "
+        "rate: a pool at most this much slower than its profile (an engine at half the "
+        "profile's speed is a profile to re-measure, not a load to chase)")
+    calibration_max: float = Field(
+        default=2.0, ge=1, description="Highest correction: at most this much faster than "
+        "the profile")
+    default_variability: float = Field(
+        default=2.0, gt=0, description="ca2 + cs2 (squared coefficients of variation of "
+        "prefill arrivals and service times) where the prompt tokens' dispersion is not "
+        "read: 2 is Poisson arrivals of exponentially varied prompts")
+    prompt_length_cv2: float = Field(
+        default=1.0, ge=0, description="Squared coefficient of variation of prompt lengths, "
+        "which sets the prompt at the SLO's percentile (lognormal lengths with this spread): "
+        "production prompt mixes read 0.8-1.5; 1 unless the pool's own mix is known")
 
 
 class ControllerSettings(_Model):
@@ -322,8 +349,7 @@ class ControllerSettings(_Model):
     tick: Duration = Field(default=15, ge=1, description="Decision interval")
     scale_up_quantile: float = Field(
         default=0.97, gt=0.5, lt=1, description="Forecast quantile each pool is sized for: "
-        "higher buys attainment with GPU-hours (the README's cost-matched comparison shows "
-        "the trade on production traces)")
+        "higher buys attainment with GPU-hours")
     stabilisation: Duration = Field(default=600,
                                     description="Need must stay lower this long to scale down")
     max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
@@ -338,6 +364,8 @@ class ControllerSettings(_Model):
         "envelope whole for a third of this, then halving every third (that half-life "
         "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
         "window; bursts that came recently come again; 0 turns it off)")
+    sizing: SizingSettings = Field(default_factory=SizingSettings)
+    """The sizing model and its few settings."""
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     """Where and how the controller reads its signals."""
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
@@ -362,10 +390,28 @@ class ReactionAction(StrEnum):
     NOTIFY_ONLY = "notify_only"
 
 
+class ShortageCondition(StrEnum):
+    """The shortage a ``scale_up`` reaction answers, read from the pool's own recent signals
+    when the alert arrives and on every tick its floor stands."""
+
+    LATENCY = "latency"
+    """The pool's latency p95 over the last minute (TTFT for prefill, ITL for decode) is above
+    its SLO."""
+    QUEUE = "queue"
+    """More than two requests wait per ready replica of the pool now."""
+    LATENCY_OR_QUEUE = "latency_or_queue"
+    """Either of the two."""
+
+
 class ReactionRule(_Model):
     """An alert that matches (every label in ``match`` equal, every ``match_re`` a full RE2/
     Python regex match) triggers ``action`` on the alert's pool (its ``pdscale_service`` and
-    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``."""
+    ``pdscale_pool`` labels) or, for drain_instance, on its ``pod``.
+
+    An alert judges a window that has passed (a burn-rate alert looks back hours and waits its
+    ``for``), so ``scale_up`` adds capacity only while the shortage it answers (``condition``)
+    holds in the pool's recent signals, and its floor ends when that shortage clears, not when
+    the alert resolves. Otherwise the alert is recorded and nothing is added."""
 
     match: dict[str, str] = Field(default_factory=dict)
     """Labels the alert must carry, with these exact values."""
@@ -376,7 +422,14 @@ class ReactionRule(_Model):
     step: int | None = Field(default=None, ge=1, description="scale_up: add this many")
     to: int | None = Field(default=None, ge=1, description="scale_up: to at least this many")
     hold: Duration = Field(default=900, description="hold_scale_down / scale_up: how long "
-                           "scale-down stays held unless the alert resolves first")
+                           "scale-down stays held unless the alert resolves first (scale_up: "
+                           "or its condition clears)")
+    condition: ShortageCondition | None = Field(
+        default=None, description="scale_up only: the shortage the alert answers, checked in "
+        "the pool's recent signals when it arrives and on every tick: latency (the last "
+        "minute's TTFT or ITL p95 above the SLO), queue (more than two requests waiting per "
+        "ready replica), or latency_or_queue (the default); while it does not hold nothing is "
+        "added, and the floor ends when it clears")
 
     @model_validator(mode="after")
     def _consistent(self) -> ReactionRule:
@@ -384,6 +437,9 @@ class ReactionRule(_Model):
             raise ValueError("expected exactly one of 'step' or 'to' for scale_up")
         if self.action is not ReactionAction.SCALE_UP and (self.step or self.to):
             raise ValueError(f"'step' and 'to' apply to scale_up only, not {self.action.value}")
+        if self.action is not ReactionAction.SCALE_UP and self.condition is not None:
+            raise ValueError(f"'condition' applies to scale_up only, not {self.action.value}: "
+                             "only a reaction that adds capacity checks a shortage")
         for label, pattern in self.match_re.items():
             try:
                 re.compile(pattern)
@@ -393,6 +449,11 @@ class ReactionRule(_Model):
             raise ValueError("expected at least one label in 'match' or 'match_re' (a rule "
                              "matching every alert is almost certainly a mistake)")
         return self
+
+    @property
+    def shortage(self) -> ShortageCondition:
+        """The condition a scale_up checks (``condition``, latency_or_queue when unset)."""
+        return self.condition or ShortageCondition.LATENCY_OR_QUEUE
 
 
 class DrainSettings(_Model):
@@ -409,11 +470,19 @@ def _default_reactions() -> tuple[ReactionRule, ...]:
     return (
         ReactionRule(match={"alertname": "LLMGPUXidError", "severity": "critical"},
                      action=ReactionAction.DRAIN_INSTANCE),
+        # The alerts that add capacity, each only while its shortage holds now: latency over
+        # the SLO in the last minute, or a queue. A budget-burn alert says the error budget
+        # was spent (hours of history): it adds capacity only through the same latency check.
         ReactionRule(match={"severity": "critical"},
                      match_re={"alertname": "LLMTimeToFirstTokenHigh|LLMInterTokenLatencyHigh|"
-                               "LLMQueueBacklogHigh|LLMQueueGrowing|LLMKVCacheNearFull|"
                                ".*SLOBudgetBurn"},
-                     action=ReactionAction.SCALE_UP, step=2, hold=900),
+                     action=ReactionAction.SCALE_UP, step=2, hold=900,
+                     condition=ShortageCondition.LATENCY),
+        ReactionRule(match={"severity": "critical"},
+                     match_re={"alertname": "LLMQueueBacklogHigh|LLMQueueGrowing|"
+                               "LLMKVCacheNearFull"},
+                     action=ReactionAction.SCALE_UP, step=2, hold=900,
+                     condition=ShortageCondition.QUEUE),
         # Missing inputs of the controller (latency, queue, tokens) hold; a missing group it
         # does not read (kv, errors, gpu: a cluster without DCGM has no gpu group) only pages.
         ReactionRule(match={"alertname": "LLMPoolMetricsAbsent", "severity": "critical"},

@@ -1,6 +1,6 @@
 """bench/stack.py's pure parts: its options, the reactive baseline's signals on a real stack,
 the replica schedule the simulator replays, the per-bin timeline, and the tables and targets
-the README quotes. No stack is started here."""
+it reports. No stack is started here."""
 
 from __future__ import annotations
 
@@ -322,3 +322,15 @@ def test_the_spec_and_profile_of_a_run(tmp_path: Any) -> None:
     assert slowed.prefill_ms(8192) == pytest.approx(2 * PROFILE.prefill_ms(8192))
     assert slowed.ttft_overhead_ms == PROFILE.ttft_overhead_ms
     assert math.isclose(slowed.decode_step_ms(8, 1000), 2 * PROFILE.decode_step_ms(8, 1000))
+
+
+def test_autoscaled_runs_start_cold_or_from_the_allocation_given(tmp_path: Any) -> None:
+    """Never at the trace's future need: the pools' minimum, or --start-from P+D (bounded)."""
+    path = S.write_spec(tmp_path, S.TRACES["mooncake"], cold_start_s=30.0, max_replicas=3,
+                        speedup=1.0)
+    assert S.parse_args([]).start_from is None
+    assert S.autoscaled_start(path, None) == {Role.PREFILL: 1, Role.DECODE: 1}
+    opts = S.parse_args(["--start-from", "2+1"])
+    assert opts.start_from == (2, 1)
+    assert S.autoscaled_start(path, (2, 1)) == {Role.PREFILL: 2, Role.DECODE: 1}
+    assert S.autoscaled_start(path, (9, 1)) == {Role.PREFILL: 3, Role.DECODE: 1}

@@ -17,6 +17,7 @@ from pdscale._cli import (
     check,
     demo,
     forecast,
+    load,
     reference,
     run,
     simulate,
@@ -28,7 +29,7 @@ from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (validate, check, catalog, forecast, trace, simulate, reference, demo, up, run)
+COMMANDS = (validate, check, catalog, forecast, trace, simulate, reference, demo, up, load, run)
 """The command modules, in the order ``pdscale --help`` lists them."""
 
 _DESCRIPTION = """\

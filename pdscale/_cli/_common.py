@@ -216,14 +216,41 @@ POSITIVE, NON_NEGATIVE, FRACTION = (number(k) for k in ("positive", "non-negativ
                                                           "fraction"))
 
 
-def seed(text: str) -> int:
+def DURATION(text: str) -> float:
+    """An argparse type for a duration ("30s", "2m", "90"): seconds, at most a day."""
+    from pdscale.spec import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value > 86400:
+        raise argparse.ArgumentTypeError(f"expected a duration of at most a day, got {text!r}")
+    return float(value)
+
+
+DURATION.__name__ = "duration"
+
+
+def whole_number(text: str, minimum: int) -> int:
+    """``text`` as a whole number of at least ``minimum``, or the error argparse shows."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text}")
     return value
+
+
+def seed(text: str) -> int:
+    return whole_number(text, 0)
+
+
+def count(text: str) -> int:
+    """A count of at least one."""
+    return whole_number(text, 1)
 
 
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")

@@ -73,7 +73,8 @@ def _simulate(args: argparse.Namespace) -> int:
                          service=args.service, router=args.router, start_s=args.start,
                          duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
                          failures=tuple(args.fail or ()),
-                         prefix_hit=args.prefix_hit, idle_before=args.idle_before)
+                         prefix_hit=args.prefix_hit, idle_before=args.idle_before,
+                         initial_replicas=args.initial_replicas)
     if args.live:
         return _run_live(spec, options, args)
     progress = Progress(f"simulating {args.policy}")
@@ -187,6 +188,20 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def replica_pair(text: str) -> tuple[int, int]:
+    """``P,D``: two replica counts of at least 1."""
+    parts = text.split(",")
+    try:
+        pair = tuple(int(x) for x in parts)
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or min(pair) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected PREFILL,DECODE as two whole numbers of at least 1, e.g. 4,2; got "
+            f"{text!r}")
+    return pair[0], pair[1]
+
+
 def register(sub: Any) -> None:
     """Add this module's command(s) to the ``pdscale`` parser."""
     p = sub.add_parser("simulate", help="replay a trace through simulated P/D pools",
@@ -196,7 +211,10 @@ def register(sub: Any) -> None:
                                    "decisions.json and plots/ into --out.")
     p.add_argument("--spec", required=True,
                    help="the spec: profiles, SLOs and pool bounds of the service replayed")
-    p.add_argument("--trace", default="synthetic", help="trace file or 'synthetic' (default)")
+    p.add_argument("--trace", default="synthetic",
+                   help="trace file, 'synthetic' (default), or 'scenario:NAME' for a generated "
+                        "scenario family (daily-rise, flash-crowd, steps, slow-ramp, "
+                        "length-shift, decode-heavy, cold-morning)")
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"])
     p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",
@@ -224,6 +242,10 @@ def register(sub: Any) -> None:
     p.add_argument("--fail", action="append", type=failure, metavar="SECONDS:ROLE",
                    help="lose a replica of ROLE at SECONDS, from 0 up to (not including) "
                         "--duration or the trace's length (repeatable)")
+    p.add_argument("--initial-replicas", type=replica_pair, metavar="PREFILL,DECODE",
+                   help="replicas ready at the start, the same for every policy (default: "
+                        "the pools' minimum, a cold start; static: sized for the trace's "
+                        "peak); each kept within its pool's bounds")
     p.add_argument("--idle-before", action="store_true",
                    help="event mode: the pools ran idle and were measured before the trace "
                         "starts (a fresh deployment the load then reaches): the first sample, "

@@ -7,7 +7,11 @@ and stopping it. The stack's configuration is rendered by a pure function
 ``generate`` leaves (``pdscale._io.MARKER``), and refuses a folder without it, so pointing
 ``--dir`` at a project folder cannot overwrite the user's spec.yaml or prometheus.yml. Each
 process is recorded with its kernel start time beside its PID (``pdscale._servers``), and
-``down`` signals only a PID that is still the process ``up`` started."""
+``down`` signals only a PID that is still the process ``up`` started. Every process also
+carries the stack's marker (``pdscale._upstack``): ``down`` stops the marked processes up.json
+does not record (a controller restarted by hand) and succeeds only when none is left; an
+``up`` refused because a part still runs writes nothing. ``--status`` lists the parts and
+``--restart PART`` starts one again from its recorded command line."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pdscale._cli._common import (
+    DURATION,
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
@@ -30,6 +35,7 @@ from pdscale._cli._common import (
     load_checked,
 )
 from pdscale._servers import ProcessState, recorded_process
+from pdscale._upstack import MARKER_ENV, RESTARTABLE, record
 from pdscale.spec import Spec, load_spec
 
 _UP_NAMES = frozenset({
@@ -102,7 +108,7 @@ def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Pa
          f"{urls['alertmanager']}/-/ready"),
         ("controller", (python, "-m", "pdscale", "run", "--spec", spec_file, "--sim-url",
                         urls["simulator"], "--listen", f"127.0.0.1:{ports['controller']}",
-                        "--no-leader-election", "--log-level", "warning"),
+                        "--no-leader-election"),
          f"{urls['controller']}/healthz"),
     )
     return LocalStack(local_spec(spec, urls=urls, speed=speed), prometheus,
@@ -135,21 +141,22 @@ def _start_each(stack: LocalStack, folder: Path, started: list[dict[str, Any]]
                 ) -> list[dict[str, Any]] | None:
     import subprocess
 
-    from pdscale._servers import process_record, wait_ready
+    from pdscale._servers import wait_ready
+    from pdscale._upstack import marker_env
 
     for name, argv, ready_url in stack.commands:
         try:
             with (folder / f"{name}.log").open("w") as log:
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                                        start_new_session=True, env=marker_env(folder))
         except OSError as exc:
             _stop(started, folder)
             err(f"cannot start {name} ({exc.strerror}: {exc.filename}); everything started "
                 "was stopped")
             return None
         # Recorded now, while the PID is surely this child's: `down` checks it later.
-        started.append({"name": name, "pid": proc.pid, "url": stack.urls[name],
-                        **process_record(proc.pid)})
+        started.append(record(name, proc.pid, argv=argv, url=stack.urls[name],
+                              ready_url=ready_url, log=folder.resolve() / f"{name}.log"))
         print(f"starting {name} ...", file=sys.stderr, flush=True)
         if not wait_ready(ready_url, 60, proc):
             _stop(started, folder)
@@ -257,7 +264,22 @@ def _stack_already_up(folder: Path) -> int | None:
     return None
 
 
-def _up_dynamo(spec: Spec, folder: Path) -> int:
+def _parts_running(folder: Path) -> int | None:
+    """EXIT_BAD_INPUT (said why) when any part of a stack still runs in ``folder`` though
+    up.json does not say so: the Dynamo stack's frontend or workers, or a process carrying
+    the folder's marker (a controller restarted by hand); None when nothing does."""
+    from pdscale._upstack import stack_parts
+
+    running = [p for p in stack_parts(folder) if p.state.startswith("up")]
+    if not running:
+        return None
+    err(f"part of a stack still runs in {folder}: "
+        + ", ".join(f"{p.name} (pid {p.pid})" for p in running)
+        + f". Stop it with `pdscale down --dir {folder}` first; nothing was written")
+    return EXIT_BAD_INPUT
+
+
+def _up_dynamo(spec: Spec, folder: Path, *, start_delay_s: float) -> int:
     """``pdscale up --engine dynamo`` in ``folder`` (claimed first, released on bad input)."""
     from pdscale._dynamo_up import up_dynamo
 
@@ -266,10 +288,43 @@ def _up_dynamo(spec: Spec, folder: Path) -> int:
     except OSError as exc:
         err(_unwritable(folder, exc))
         return EXIT_BAD_INPUT
-    code = up_dynamo(spec, folder)
+    code = up_dynamo(spec, folder, start_delay_s=start_delay_s)
     if code == EXIT_BAD_INPUT and created:
         _unclaim(folder)
     return code
+
+
+_ENGINE_OPTIONS = {"sim": ("speed", "duration", "scale"), "dynamo": ("cold_start",)}
+"""The options that apply to each engine; the others are refused, not ignored."""
+_WHY_NOT = {"speed": "the Dynamo stack runs in real time",
+            "duration": "the Dynamo stack serves what you send it (pdscale load)",
+            "scale": "the Dynamo stack serves what you send it (pdscale load)",
+            "cold_start": "the simulated stack takes its start-ups from the spec's cold_start"}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _misused(args: argparse.Namespace) -> str | None:
+    """Why the options given do not fit the engine or the action, or None."""
+    given = [n for n in ("spec", "engine", "speed", "duration", "scale", "cold_start")
+             if getattr(args, n) is not None]
+    action = "--status" if args.status else "--restart" if args.restart else None
+    if action is not None:
+        if action == "--status" and args.restart:
+            return "--status and --restart cannot be combined: run one, then the other"
+        if given:
+            return (f"{_option(given[0])} does not apply to {action}, which acts on the stack "
+                    f"already running in --dir: drop {_option(given[0])}")
+        return None
+    engine = args.engine or "sim"
+    for name in given:
+        other = next((e for e, names in _ENGINE_OPTIONS.items() if name in names), engine)
+        if other != engine:
+            return (f"{_option(name)} applies to --engine {other} only ({_WHY_NOT[name]}): "
+                    f"drop {_option(name)}, or run --engine {other}")
+    return None
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -280,7 +335,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from pdscale._servers import find_binary, free_port, write_rule_files
     from pdscale.alerts import alert_files
 
-    spec = load_checked(args.spec or example_spec("dynamo.yaml" if args.engine == "dynamo"
+    misused = _misused(args)
+    if misused is not None:
+        err(misused)
+        return EXIT_BAD_INPUT
+    if args.status:
+        return _status(Path(args.dir))
+    if args.restart:
+        return _restart(Path(args.dir), args.restart)
+    engine = args.engine or "sim"
+    spec = load_checked(args.spec or example_spec("dynamo.yaml" if engine == "dynamo"
                                                   else "vllm.yaml"))
     if spec is None:
         return EXIT_BAD_INPUT
@@ -290,10 +354,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
         err(problem)
         return EXIT_BAD_INPUT
     busy = _stack_already_up(folder)
+    if busy is None:
+        busy = _parts_running(folder)
     if busy is not None:
         return busy
-    if args.engine == "dynamo":  # a real Dynamo frontend and mocker workers, and Prometheus
-        return _up_dynamo(spec, folder)
+    import os
+
+    # Every process started from here on carries the stack's marker (pdscale._upstack).
+    os.environ[MARKER_ENV] = str(folder.resolve())
+    if engine == "dynamo":  # a real Dynamo frontend and mocker workers, and Prometheus
+        return _up_dynamo(spec, folder, start_delay_s=args.cold_start or 0.0)
+    speed = args.speed if args.speed is not None else 10.0
+    duration = args.duration if args.duration is not None else 6 * 3600.0
+    scale = args.scale if args.scale is not None else 1.0
     binaries = {name: find_binary(name) for name in ("prometheus", "alertmanager")}
     missing = [name for name, path in binaries.items() if path is None]
     if missing:
@@ -306,13 +379,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
                  for name in ("simulator", "prometheus", "alertmanager", "controller")}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         (folder / "spec.yaml").write_text(yaml.safe_dump(
-            local_spec(spec, urls=urls, speed=args.speed), sort_keys=False))
+            local_spec(spec, urls=urls, speed=speed), sort_keys=False))
         local = load_spec(folder / "spec.yaml")
         stack = local_stack(spec, local, ports=ports, folder=folder.resolve(),
                             rule_files=write_rule_files(alert_files(local), folder),
                             binaries={k: str(v) for k, v in binaries.items()},
-                            python=sys.executable, speed=args.speed,
-                            duration_s=args.duration, scale=args.scale)
+                            python=sys.executable, speed=speed,
+                            duration_s=duration, scale=scale)
         (folder / "prometheus.yml").write_text(yaml.safe_dump(stack.prometheus,
                                                               sort_keys=False))
         (folder / "alertmanager.yml").write_text(yaml.safe_dump(stack.alertmanager,
@@ -335,13 +408,89 @@ def _cmd_up(args: argparse.Namespace) -> int:
             "run pdscale up again")
         return EXIT_FAILURE
     url = stack.urls
-    print(f"pdscale up: a local stack on loopback (x{args.speed:g} simulated time), "
+    print(f"pdscale up: a local stack on loopback (x{speed:g} simulated time), "
           f"state in {folder}/")
-    print(f"  simulator   {url['simulator']}/metrics  /status  POST /scale")
-    print(f"  prometheus  {url['prometheus']}  (the generated rules; alerts at /alerts)")
+    print(f"  simulator    {url['simulator']}/metrics  /status  POST /scale")
+    print(f"  prometheus   {url['prometheus']}  (the generated rules; alerts at /alerts)")
     print(f"  alertmanager {url['alertmanager']}  (the generated route to pdscale)")
-    print(f"  controller  {url['controller']}/v1/status  /v1/decisions  /v1/forecast  /metrics")
+    print(f"  controller   {url['controller']}/v1/status  /v1/decisions  /v1/forecast  "
+          "/metrics")
+    print_logs(folder, ("simulator", "prometheus", "alertmanager", "controller"))
+    print(f"parts and their PIDs: pdscale up --status --dir {folder}; restart one: "
+          f"pdscale up --restart controller --dir {folder}")
     print(f"stop it with: pdscale down --dir {folder}")
+    return EXIT_OK
+
+
+def print_logs(folder: Path, names: Sequence[str], workers: Path | None = None) -> None:
+    """Where every part writes its log (the controller's: scale events, worker exits and
+    alert reactions at its default level, INFO)."""
+    print("logs:")
+    for name in names:
+        what = "  (scales, worker exits, alert reactions)" if name == "controller" else ""
+        print(f"  {name:<12} {folder / (name + '.log')}{what}")
+    if workers is not None:
+        print(f"  {'frontend':<12} {workers / 'frontend.log'}")
+        print(f"  {'workers':<12} {workers}/<worker name>.log")
+
+
+def _status(folder: Path) -> int:
+    """``pdscale up --status``: every part, up or down, with its PID, port and log; 0 when
+    every part is up, 1 when one is down or nothing is up."""
+    from pdscale._upstack import render_parts, stack_parts
+
+    parts = stack_parts(folder)
+    print(render_parts(parts, folder))
+    if any(p.name == "unrecorded" for p in parts):
+        print(f"unrecorded: a process of this stack up.json does not record (started by "
+              f"hand?); pdscale down --dir {folder} stops it too")
+    return EXIT_OK if parts and all(p.state.startswith("up") for p in parts) else EXIT_FAILURE
+
+
+def _restart(folder: Path, name: str) -> int:
+    """``pdscale up --restart NAME``: stop the part (and, for the controller, any other
+    controller of the stack), start it again from its recorded command line with the same
+    port and log, and record its new PID."""
+    import json
+    import subprocess
+
+    from pdscale._servers import wait_ready
+    from pdscale._upstack import marked_processes, marker_env, stop_marked
+
+    state_file = folder / "up.json"
+    if not state_file.is_file():
+        err(f"nothing is up in {folder}: start it with pdscale up --dir {folder}")
+        return EXIT_BAD_INPUT
+    state = _up_state(state_file)
+    if state is None:
+        return EXIT_BAD_INPUT
+    rec = next((p for p in state["processes"] if p["name"] == name), None)
+    if rec is None or "argv" not in rec:
+        names = [p["name"] for p in state["processes"] if "argv" in p]
+        err(f"--restart {name}: expected one of {', '.join(names) or 'nothing'} (the parts "
+            f"of this stack that can restart: {', '.join(RESTARTABLE)}; worker processes are "
+            "replaced by the controller when they exit, and the frontend comes back with "
+            f"pdscale down and pdscale up). Got {name!r}")
+        return EXIT_BAD_INPUT
+    if recorded_process(rec, folder=folder) is ProcessState.OURS:
+        _terminate(rec, folder)
+    if name == "controller":  # two controllers would both scale the workers
+        stop_marked([m for m in marked_processes(folder) if m.is_controller])
+    log = Path(rec["log"])
+    with log.open("a") as out:
+        proc = subprocess.Popen(rec["argv"], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=marker_env(folder))
+    new = record(name, proc.pid, argv=rec["argv"], url=rec["url"], ready_url=rec["ready_url"],
+                 log=log)
+    print(f"restarting {name} ...", file=sys.stderr, flush=True)
+    if not wait_ready(rec["ready_url"], 60, proc):
+        _terminate(new, folder)
+        err(f"{name} did not come up again (log {log}):\n{log.read_text()[-2000:]}")
+        return EXIT_FAILURE
+    state["processes"] = [new if p is rec else p for p in state["processes"]]
+    (folder / "up.json.tmp").write_text(json.dumps(state, indent=2) + "\n")
+    (folder / "up.json.tmp").replace(state_file)
+    print(f"{name} restarted: pid {proc.pid}, {rec['url']}, log {log}")
     return EXIT_OK
 
 
@@ -409,16 +558,38 @@ def _up_state(state_file: Path) -> dict[str, Any] | None:
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
+    """Stop the controllers first (a controller left running would replace the workers),
+    then the recorded processes, the Dynamo stack, and whatever else carries the folder's
+    marker; succeed only when nothing of the stack is left."""
+    from pdscale._upstack import marked_processes, stack_parts, stop_marked
+
     folder = Path(args.dir)
     state_file = folder / "up.json"
-    if not state_file.is_file():
+    state: dict[str, Any] | None = None
+    if state_file.is_file():
+        state = _up_state(state_file)
+        if state is None:
+            return EXIT_BAD_INPUT
+    dynamo = folder / "dynamo"
+    marked = marked_processes(folder)
+    if state is None and not any(p.state.startswith("up") for p in stack_parts(folder)):
         print(f"pdscale down: nothing is up in {args.dir}", file=sys.stderr)
         return EXIT_OK
-    state = _up_state(state_file)
-    if state is None:
-        return EXIT_BAD_INPUT
+    recorded = {int(p["pid"]) for p in (state or {}).get("processes", [])}
     left: list[int] = []  # running, maybe pdscale's, not stopped: their PIDs stay recorded
-    for p in reversed(state["processes"]):  # the controller first: it would replace workers
+
+    def stop_unrecorded(found: Sequence[Any]) -> None:
+        stopped, stuck = stop_marked([m for m in found if m.pid not in recorded])
+        for m in stopped:
+            what = "controller" if m.is_controller else "process"
+            print(f"  {what:<12} stopped (pid {m.pid}, not recorded in up.json, found by its "
+                  f"{m.how})")
+        for m in stuck:
+            left.append(m.pid)
+            print(f"  {'process':<12} not stopped: pid {m.pid} ({m.describe()})")
+
+    stop_unrecorded([m for m in marked if m.is_controller])
+    for p in reversed((state or {}).get("processes", [])):  # the controller first
         name, pid = p["name"], p["pid"]
         what = recorded_process(p, folder=folder)
         if what is ProcessState.OURS:
@@ -438,48 +609,86 @@ def _cmd_down(args: argparse.Namespace) -> int:
                   "it cannot be confirmed as the process pdscale up started")
         else:
             print(f"  {name:<12} was not running")
-    if state.get("dynamo"):  # the Dynamo stack's workers and frontend, by their recorded PIDs
-        from pdscale.simulator import stop_stack
+    if dynamo.is_dir():  # the Dynamo stack's workers and frontend, by their recorded PIDs
+        from pdscale.simulator import StackError, stop_stack
 
-        for name in stop_stack(folder / state["dynamo"]):
-            print(f"  {name:<12} stopped")
+        try:
+            for name in stop_stack(dynamo):
+                print(f"  {name:<12} stopped")
+        except StackError as exc:
+            err(str(exc))
+    stop_unrecorded(marked_processes(folder))  # workers a stray controller started, ...
+    still = [m for m in marked_processes(folder) if m.pid not in left]
+    left += [m.pid for m in still]
     if left:
-        err(f"{state_file} is kept: some recorded processes were not stopped. "
+        err(f"pdscale down: {len(left)} process(es) of the stack are still running: "
+            + ", ".join(str(pid) for pid in left) + f". {state_file} is kept. "
             + _by_hand(left, state_file))
         return EXIT_FAILURE
-    state_file.unlink()
+    state_file.unlink(missing_ok=True)
     return EXIT_OK
 
 
 def register(sub: Any) -> None:
     """Add this module's command(s) to the ``pdscale`` parser."""
     p = sub.add_parser(
-        "up", help="start a local stack on loopback: simulator, Prometheus, Alertmanager, "
-                   "controller",
-        description="Start, in the background on loopback ports, the simulator in live mode "
-                    "(the spec's first service, synthetic trace), a real Prometheus with the "
-                    "generated rules scraping it and the controller, Alertmanager with the "
-                    "generated route, and the controller driving the simulator. Prints the "
-                    "URLs. Needs the prometheus and prometheus-alertmanager binaries.")
+        "up", help="start a local stack on loopback: the simulator or a real Dynamo stack, "
+                   "Prometheus, Alertmanager, the controller",
+        description="Start, in the background on loopback ports, a serving stack (the "
+                    "simulator in live mode, or with --engine dynamo a real NVIDIA Dynamo "
+                    "frontend and mocker workers), a real Prometheus with the generated rules "
+                    "scraping it and the controller, Alertmanager with the generated route, "
+                    "and the controller scaling the stack. Prints the URLs and where every "
+                    "log is. Each engine has its own options below; an option of the other "
+                    "engine is refused. Needs the prometheus and prometheus-alertmanager "
+                    "binaries. docs/local-stack.md: how to drive, inspect and restart it.",
+        epilog="examples:\n"
+               "  pdscale up                                  # the simulator, x10 time\n"
+               "  pdscale up --engine dynamo                  # real Dynamo, real time\n"
+               "  pdscale load --trace synthetic --duration 120   # send it requests\n"
+               "  pdscale up --status                         # each part: state, PID, port, log\n"
+               "  pdscale up --restart controller\n"
+               "  pdscale down",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", help="default: examples/vllm.yaml (examples/dynamo.yaml with "
                                   "--engine dynamo)")
-    p.add_argument("--engine", choices=["sim", "dynamo"], default="sim",
+    p.add_argument("--engine", choices=["sim", "dynamo"],
                    help="sim: the simulator's live mode (default); dynamo: a real NVIDIA Dynamo "
-                        "frontend and mocker workers for the spec's dynamo service, and "
-                        "Prometheus (needs scripts/dynamo-setup.sh)")
+                        "frontend and mocker workers for the spec's dynamo service (needs "
+                        "scripts/dynamo-setup.sh)")
     p.add_argument("--dir", default=".pdscale-up", help="state, configs and logs")
-    p.add_argument("--speed", type=POSITIVE, default=10.0,
-                   help="simulated seconds per wall second (default 10)")
-    p.add_argument("--duration", type=POSITIVE, default=6 * 3600,
-                   help="simulated seconds of trace (default 6 h)")
-    p.add_argument("--scale", type=POSITIVE, default=1.0, help="load multiplier")
+    sim = p.add_argument_group("--engine sim (the simulator in live mode)")
+    sim.add_argument("--speed", type=POSITIVE,
+                     help="simulated seconds per wall second (default 10)")
+    sim.add_argument("--duration", type=POSITIVE,
+                     help="simulated seconds of trace (default 6 h)")
+    sim.add_argument("--scale", type=POSITIVE, help="load multiplier (default 1)")
+    dyn = p.add_argument_group(
+        "--engine dynamo (a real Dynamo stack in real time; send it load with pdscale load)",
+        "Each pool runs the mocker profile (dynamo-mocker-1.6.1) and plans with its measured "
+        "start-up (cold_start 2s: a mocker worker is routable within about a second).")
+    dyn.add_argument("--cold-start", type=DURATION, metavar="DURATION",
+                     help="a simulated start-up delay for every new worker (e.g. 30s, 2m): "
+                          "the worker's process waits this long before the mocker starts, as "
+                          "a GPU worker loads its weights; the spec's cold_start becomes it "
+                          "plus the mocker's own 2 s (default 0)")
+    run = p.add_argument_group("the stack already running in --dir")
+    run.add_argument("--status", action="store_true",
+                     help="list each part: up or down, PID, port, log (exit 1 when one is "
+                          "down)")
+    run.add_argument("--restart", metavar="PART",
+                     help=f"stop one part and start it again from its recorded command line, "
+                          f"same port and log ({', '.join(RESTARTABLE)})")
     p.set_defaults(func=_cmd_up)
 
     p = sub.add_parser(
         "down", help="stop the stack pdscale up started",
-        description="Stop every process `pdscale up` started (recorded in DIR/up.json), each "
-                    "only while it is still the process up started; then remove up.json. "
-                    "Exit 1 when a recorded process could not be confirmed or stopped.")
+        description="Stop every process of the stack in --dir: the controllers first (those "
+                    "up.json records and any started by hand on the stack's files), then the "
+                    "recorded processes, the Dynamo frontend and workers, and whatever else "
+                    "carries the stack's marker; each only while it is still the process that "
+                    "was found. Then remove up.json. Exit 1 when a process could not be "
+                    "confirmed or stopped (up.json is kept).")
     p.add_argument("--dir", default=".pdscale-up",
                    help="the folder pdscale up used (default .pdscale-up)")
     p.set_defaults(func=_cmd_down)

@@ -416,7 +416,9 @@ def _recording_test(spec: Spec, service: ServiceSpec) -> dict[str, Any] | None:
             inputs.append({"series": _series_text("up", labels), "values": f"{v}x{minutes}"})
         expect(recorded_name(Signal.TARGETS_UP), role, 1)
         expect(recorded_name(Signal.TARGETS), role, 2)
-        # GPU memory: 72,000 MiB used of 80,000.
+        # GPU memory: 72,000 MiB used of 80,000 (where the service declares GPU metrics).
+        if Signal.GPU_MEMORY_USED_MAX_RATIO not in have:
+            continue
         expr = pool_expr(Signal.GPU_MEMORY_USED_MAX_RATIO, service, role)
         base = _example_labels(expr, "DCGM_FI_DEV_FB_USED")
         if base is None:

@@ -299,8 +299,8 @@ def _running_note(share: float | None, load: float) -> str:
     plan). A reading, not a verdict: more sequences than the window's mean load explains follow
     a rise of the load within the window, or replicas slower than the profile (a slower step
     holds more sequences at the same load), or a correction under 1 (a replica holds its whole
-    batch, over the corrected plan's). The lesson is learned all the same: after ServeGen's
-    rises it is headroom for the next, worth its cost (the README's nineteenth sitting)."""
+    batch, over the corrected plan's). The lesson is learned all the same: after a rise it is
+    headroom for the next."""
     if share is None or share <= RUNNING_SHOWN * load:
         return ""
     return f", with {share:.0%} of the planned sequences running now"

@@ -11,7 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pdscale.controller._forecast import ForecastStage
-from pdscale.controller._interface import Observation, PoolKey, PoolObservation, PoolReplicas
+from pdscale.controller._interface import (
+    DataState,
+    Observation,
+    PoolKey,
+    PoolObservation,
+    PoolReplicas,
+)
 from pdscale.controller._kube import KubeScaleActuator
 from pdscale.controller._perf import uncached_prefill_demand
 from pdscale.controller._reconciler import AdapterError, SourceResult
@@ -42,24 +48,24 @@ HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
 with the policy's signals, they decide whether those can be trusted."""
 
 
-def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float
-                ) -> tuple[float | None, str | None]:
+def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float,
+                *, departing: int = 0) -> tuple[float | None, str | None]:
     """(age of the pool's newest engine sample, why the data is degraded or None).
 
     The recorded signals are rates over minutes: when a target dies they keep a value for
     minutes, falling as the window empties, and the recording rule's own timestamp stays
     fresh. The engine samples' age and the targets' health show the death within one scrape
-    interval (Prometheus marks a dead target's series stale at its first failed scrape)."""
+    interval (Prometheus marks a dead target's series stale at its first failed scrape).
+    Targets down that are no more than ``departing`` (replicas a scale-down just removed,
+    listed until service discovery drops them) are planned, not a degradation."""
     age_v = values.get(Signal.SAMPLE_AGE_S)
     age = None
     if age_v is not None and age_v.value is not None and age_v.age_s is not None:
         age = max(0.0, age_v.value) + age_v.age_s
-    up = values.get(Signal.TARGETS_UP)
-    total = values.get(Signal.TARGETS)
     why = []
-    if up is not None and total is not None and up.value is not None and total.value \
-            and up.value < total.value:
-        why.append(f"{total.value - up.value:.0f} of {total.value:.0f} scrape targets down")
+    down, total = _targets_down(values)
+    if down > departing:
+        why.append(f"{down:.0f} of {total:.0f} scrape targets down")
     if age is None:
         why.append("no fresh engine sample (every target gone, or the "
                    f"{Signal.SAMPLE_AGE_S.value} rule missing)")
@@ -155,12 +161,32 @@ class SourcedReader:
         return out
 
 
+def _targets_down(values: Mapping[Signal, SignalValue]) -> tuple[float, float]:
+    """(targets down, targets) of the pool; (0, 0) when unread."""
+    up, total = values.get(Signal.TARGETS_UP), values.get(Signal.TARGETS)
+    if up is None or total is None or up.value is None or not total.value:
+        return 0.0, 0.0
+    return max(0.0, total.value - up.value), total.value
+
+
+DEPARTURE_S = 60.0
+"""How long after a scale-down the replicas it removed may still be listed as scrape targets
+that are down: until service discovery drops them (a pod's until it is deleted, a loopback
+worker's until the actuator rewrites its ``file_sd`` file and Prometheus reads it). Within
+this, that many targets down are the plan, not a degradation."""
+
+
 def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | None]:
     """The read values, with the derived signals (mean lengths over the rate window)."""
     return derive_signals({sig: v.value for sig, v in values.items()})
 
 
 class ClusterSource:
+    """Each pool's replicas (the actuator) and signals (Prometheus), with the data's state:
+    a Prometheus that cannot be read (``unavailable``, said as such, not as missing targets),
+    targets down that a scale-down removed (``departing``, not degraded), a pool with every
+    target up but no request counted yet (``idle``), or ``degraded``."""
+
     def __init__(self, spec: Spec, reader: PrometheusReader | SignalReader,
                  kube: KubeScaleActuator | SimBackend, *,
                  extra_signals: Sequence[Signal] = ()) -> None:
@@ -170,14 +196,29 @@ class ClusterSource:
         self.signals = POLICY_SIGNALS + tuple(s for s in extra_signals
                                               if s not in POLICY_SIGNALS + HEALTH_SIGNALS)
         """The signals the policy reads (pdscale's, and any a baseline policy adds)."""
+        self._desired: dict[PoolKey, int] = {}
+        self._cuts: dict[PoolKey, list[tuple[float, int]]] = {}
+        """(when, replicas) of each pool's recent scale-downs (:data:`DEPARTURE_S`)."""
+
+    def _departing(self, key: PoolKey, desired: int, now_s: float) -> int:
+        """Replicas the pool's scale-downs of the last :data:`DEPARTURE_S` removed."""
+        before = self._desired.get(key)
+        self._desired[key] = desired
+        cuts = [(t, n) for t, n in self._cuts.get(key, []) if now_s - t <= DEPARTURE_S]
+        if before is not None and desired < before:
+            cuts.append((now_s, before - desired))
+        self._cuts[key] = cuts
+        return sum(n for _, n in cuts)
 
     def observe(self, now_s: float) -> SourceResult:
         errors: list[AdapterError] = []
+        unavailable: str | None = None
         try:
             signals = self.reader.read(self.spec, self.signals + HEALTH_SIGNALS, at_s=now_s)
         except (PrometheusUnavailable, PrometheusQueryError) as exc:
             errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
+            unavailable = f"Prometheus unreadable: {exc}"
         for partial in getattr(self.reader, "partial_errors", ()):
             errors.append(AdapterError.from_exception(partial, None, now_s))
         pools: dict[PoolKey, PoolObservation] = {}
@@ -192,7 +233,15 @@ class ClusterSource:
                     errors.append(AdapterError.from_scaling(status, key, now_s))
                     continue
                 values = signals.get(key, {})
-                sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s)
+                departing = self._departing(key, status.desired, now_s)
+                sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s,
+                                                   departing=departing)
+                state, note = _state(values, role, degraded, unavailable, departing)
+                lost = self.kube.losses(key) if hasattr(self.kube, "losses") else None
+                if degraded is not None and lost:  # the actuator knows which replica died
+                    degraded = f"{degraded} ({lost})"
+                if unavailable is not None:
+                    degraded = f"{unavailable}; holding, no scale-down until it answers"
                 if sample_age is None or sample_age > self.reader.stale_after_s:
                     # No engine sample to trust: the rates still computed from the window's
                     # older samples would read as falling demand. Withhold them.
@@ -212,8 +261,36 @@ class ClusterSource:
                 else:
                     data_time = now_s - (min(ages) if ages else 0.0)
                 pools[key] = PoolObservation(key, replicas, _pool_signals(values), data_time,
-                                             degraded=degraded)
+                                             degraded=degraded, data_state=state, note=note)
         return SourceResult(Observation(now_s, pools), errors, staleness)
+
+
+_DEMAND = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S, Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
+
+
+def _missing(values: Mapping[Signal, SignalValue], signal: Signal) -> bool:
+    """No such series at all (not a stale or NaN one)."""
+    v = values.get(signal)
+    return v is None or (v.value is None and v.age_s is None)
+
+
+def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | None,
+           unavailable: str | None, departing: int) -> tuple[DataState, str | None]:
+    """The pool's data state and, for ``idle`` and ``departing``, what it means."""
+    if unavailable is not None:
+        return "unavailable", None
+    if degraded is not None:
+        return "degraded", None
+    down, total = _targets_down(values)
+    if down:
+        return "departing", (f"{down:.0f} of {total:.0f} scrape targets are replicas a "
+                             "scale-down removed (planned, not degraded)")
+    if total and _missing(values, Signal.REQUEST_RATE) and _missing(values, _DEMAND[role]):
+        return "idle", ("no request counted yet: every scrape target is up, and the engine "
+                        "exports its request and token series from the first request (if "
+                        "requests are served, `pdscale check` finds the selector that matches "
+                        "nothing)")
+    return "ok", None
 
 
 def warm_from_history(spec: Spec, reader: PrometheusReader, forecasts: ForecastStage, *,

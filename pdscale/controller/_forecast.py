@@ -32,9 +32,8 @@ HORIZONS_S = (60, 120, 300, 600)
 
 CEILING_HISTORY_S = 86400.0
 """A pool's forecaster with this much history (a day: it has seen the daily season) also
-gives the ceiling the burst hold is kept to (:attr:`PoolForecast.ceiling`). With less (the
-one-hour traces) the hold is not capped: there the short-history model does not see bursts
-coming back, and capping by it cost the Azure trace 2.2 points (twenty-second sitting)."""
+gives the ceiling the burst hold is kept to (:attr:`PoolForecast.ceiling`). With less the
+hold is not capped: a short-history model does not see bursts coming back."""
 
 
 def default_forecaster(quantile: float, refit_every_s: float, *,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pdscale.spec import PoolKey
 from pdscale.telemetry import Signal
@@ -20,6 +20,7 @@ from pdscale.telemetry import Signal
 __all__ = [
     "Actuator",
     "Cause",
+    "DataState",
     "Detail",
     "Observation",
     "Policy",
@@ -30,6 +31,9 @@ __all__ = [
     "PoolReplicas",
 ]
 
+
+
+DataState = Literal["ok", "idle", "departing", "degraded", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,15 @@ class PoolObservation:
     source knows it (not the recording rule's evaluation time)."""
     degraded: str | None = None
     """Why the signals cannot be trusted to shrink the pool (scrape targets down, data too
-    old), in words; None when they can. The policy never scales a degraded pool down."""
+    old, Prometheus unreadable), in words; None when they can. The policy never scales a
+    degraded pool down."""
+    data_state: DataState = "ok"
+    """The data's state in one word: ``ok``; ``idle`` (every target up and fresh, but no
+    request counted yet: the engine exports its request series from the first request);
+    ``departing`` (the targets that are down are replicas a scale-down removed); ``degraded``
+    (``degraded`` says why); ``unavailable`` (Prometheus could not be read)."""
+    note: str | None = None
+    """What an ``idle`` or ``departing`` state means for the pool, in words."""
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -63,6 +63,9 @@ from pdscale.controller._sizing import (
 from pdscale.controller._stabilise import PoolHistory, bound, stabilise
 from pdscale.spec import ControllerSettings, Role, Spec
 from pdscale.telemetry import DISPERSION_WINDOW_S, RATE_WINDOW_S, Signal
+
+if TYPE_CHECKING:
+    from pdscale.controller._model import QueueingPolicy
 
 __all__ = ["ColdStartTracker", "PdscalePolicy", "PoolPolicyState", "build_forecasts",
            "build_policy"]
@@ -257,6 +260,30 @@ def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
     return peak * share
 
 
+def forecast_for(forecasts: ForecastStage | None, key: PoolKey, now: float, lead: float,
+                 quantile: float) -> tuple[PoolForecast | None, str]:
+    """The pool's forecast over ``lead`` and the words a decision says of it (or why there is
+    none: no forecast stage, or the stage's reason)."""
+    if forecasts is None:
+        return None, "forecast: off, sizing on the current demand"
+    got = forecasts.forecast(key, now, lead)
+    if isinstance(got, NoForecast):
+        return None, got.reason
+    return got, f"forecast q{quantile:g} over {lead:.0f}s"
+
+
+def degraded_decision(key: PoolKey, pool: PoolObservation,
+                      cold_start_p90_s: float) -> PoolDecision:
+    """Hold a pool whose demand is missing or stale: never scale it down on no data."""
+    r = pool.replicas
+    held = max(r.desired, r.active)
+    signal = DEMAND_SIGNAL[key[1]].value
+    return PoolDecision(held, (f"degraded: {signal} missing or stale; holding {held} "
+                               "replicas, no scale-down",), cause=Cause.DEGRADED,
+                        detail={"signal": signal, "held": held},
+                        cold_start_p90_s=cold_start_p90_s)
+
+
 @dataclass(frozen=True)
 class _Context:
     """What a pool's decision needs from the rest of its service this tick."""
@@ -306,15 +333,6 @@ class PdscalePolicy:
                     key[0] in decode_backlog, prompt_len.get(key[0])))
                 for key, pool in observation.pools.items() if key in self.state}
 
-    def _forecast(self, key: PoolKey, now: float, lead: float
-                  ) -> tuple[PoolForecast | None, str]:
-        if self.forecasts is None:
-            return None, "forecast: off, sizing on the current demand"
-        got = self.forecasts.forecast(key, now, lead)
-        if isinstance(got, NoForecast):
-            return None, got.reason
-        return got, f"forecast q{self.settings.scale_up_quantile:g} over {lead:.0f}s"
-
     def _observe(self, key: PoolKey, pool: PoolObservation, ctx: _Context, demand: float,
                  peak: float | None) -> tuple[float, int, float | None, bool, str | None]:
         """Teach the capacity model the lengths and the latency (a miss at the larger of the
@@ -351,15 +369,6 @@ class PdscalePolicy:
                 f"{note}; {st.capacity.last_learned}"
         return per_replica, batch, latency, backlogged, note
 
-    def _degraded(self, key: PoolKey, pool: PoolObservation) -> PoolDecision:
-        r = pool.replicas
-        held = max(r.desired, r.active)
-        signal = DEMAND_SIGNAL[key[1]].value
-        return PoolDecision(held, (f"degraded: {signal} missing or stale; holding {held} "
-                                   "replicas, no scale-down",), cause=Cause.DEGRADED,
-                            detail={"signal": signal, "held": held},
-                            cold_start_p90_s=self.state[key].cold_start.p90_s)
-
     def _decide_pool(self, key: PoolKey, pool: PoolObservation, now: float,
                      ctx: _Context) -> PoolDecision:
         st = self.state[key]
@@ -370,7 +379,7 @@ class PdscalePolicy:
         hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO) or 0.0
         if demand is None:
             st.forget_last_tick()
-            return self._degraded(key, pool)
+            return degraded_decision(key, pool, st.cold_start.p90_s)
         computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
         if key[1] is Role.PREFILL and computed is not None:
             demand = computed  # the engine's own count of uncached tokens (vLLM 0.34+)
@@ -383,7 +392,8 @@ class PdscalePolicy:
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         lead = self.lead_s(key)
-        forecast, fc_note = self._forecast(key, now, lead)
+        forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
+                                         settings.scale_up_quantile)
         window = float(settings.burst_window)
         if st.history.first_seen_s is None and self.forecasts is not None:
             # A start or restart: the burst hold from the history the forecasts were warmed
@@ -435,6 +445,7 @@ class PdscalePolicy:
         if out.cancelled_above is not None:
             st.cold_start.cancel_above(out.cancelled_above)
         reasons += out.reasons
+        detail.update(out.detail)
         bounded, which = bound(out.desired, r)
         cause = out.cause
         if which is not None:
@@ -470,10 +481,18 @@ def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None 
 
 
 def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
-                 cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
+                 cold_start_s: Mapping[PoolKey, float] | None = None
+                 ) -> PdscalePolicy | QueueingPolicy:
     """pdscale's policy for every pool of the spec, configured by its ``controller``
-    section; ``forecasts`` (from :func:`build_forecasts`, None: size on the current demand)
-    is the stage the reconcile loop refits."""
+    section (``controller.sizing.model`` picks the sizing); ``forecasts`` (from
+    :func:`build_forecasts`, None: size on the current demand) is the stage the reconcile loop
+    refits."""
     pools = _pools(spec, cold_start_s)
+    if spec.controller.sizing.model == "queueing":
+        from pdscale.controller._model import QueueingPolicy
+
+        return QueueingPolicy(spec.controller, {k: m.profile for k, (m, _) in pools.items()},
+                              {k: m.slo_s for k, (m, _) in pools.items()},
+                              {k: c for k, (_, c) in pools.items()}, forecasts=forecasts)
     return PdscalePolicy(spec.controller, {k: m for k, (m, _) in pools.items()},
                          {k: c for k, (_, c) in pools.items()}, forecasts=forecasts)

@@ -38,7 +38,7 @@ Design decisions:
   (the labels a PodMonitor would add, ``pod`` per worker), listing a worker from its first
   healthy probe until it exits, so Prometheus scrapes new workers without a reload.
 
-Limits (README "Bare hosts"): one host; ports are picked free on 127.0.0.1 (a race with other
+Limits (docs/bare-hosts.md): one host; ports are picked free on 127.0.0.1 (a race with other
 programs is possible); workers started by another actuator are adopted only from its state
 file; a worker that is wedged but alive and healthy is not detected; GPUs are not assigned.
 """
@@ -104,6 +104,9 @@ _LAUNCHER = "import os,sys,time;time.sleep(float(sys.argv[1]));os.execvp(sys.arg
 
 Phase = Literal["starting", "ready", "draining"]
 
+_WARNING_EVENTS = frozenset({"WorkerExited", "WorkerKilled"})
+"""Events a person should see at the default log level: work was lost or cut."""
+
 
 @dataclass
 class _Worker:
@@ -143,6 +146,19 @@ class WorkerInfo:
 
 
 @dataclass
+class _Loss:
+    """A worker that exited without being asked to, and what replaces it."""
+
+    name: str
+    pid: int
+    status: int | None
+    phase: Phase
+    """What it was doing when it exited."""
+    at_s: float
+    replaced_by: str | None = None
+
+
+@dataclass
 class _Pool:
     template: WorkerTemplate
     desired: int = 0
@@ -150,6 +166,10 @@ class _Pool:
     next_index: int = 0
     crashes: int = 0
     """Workers in a row that exited before they were ever ready (crash-loop back-off)."""
+    losses: deque[_Loss] = field(default_factory=lambda: deque(maxlen=20))
+    """The latest workers that exited unasked (``/v1/status``)."""
+    replaces: dict[str, str] = field(default_factory=dict)
+    """A replacement's name -> the worker it replaces, until it is ready."""
 
 
 def _key_text(key: PoolKey) -> str:
@@ -238,9 +258,13 @@ class ProcessActuator:
             self.sync()
 
     def event(self, key: PoolKey, reason: str, message: str) -> None:
-        """Record an event (the log and :attr:`events`; there is no API server here)."""
+        """Record an event (the log and :attr:`events`; there is no API server here): a worker
+        that exited or was killed is a WARNING, the rest INFO (a scale is DEBUG: the
+        reconcile loop logs it with its reasons)."""
         self.events.append((self.clock.now(), key, reason, message))
-        log.info("event %s on %s: %s", reason, _key_text(key), message)
+        level = logging.WARNING if reason in _WARNING_EVENTS else \
+            logging.DEBUG if reason == "PdscaleScaled" else logging.INFO
+        log.log(level, "%s on %s: %s", reason, _key_text(key), message)
 
     def prime(self) -> None:
         return
@@ -287,8 +311,14 @@ class ProcessActuator:
                     if w.healthy and w.phase == "starting":
                         w.phase = "ready"
                         pool.crashes = 0
-                        log.info("%s ready %.1f s after it was created", w.name,
-                                 now - w.created_s)
+                        lost = pool.replaces.pop(w.name, None)
+                        if lost is None:
+                            log.info("%s ready %.1f s after it was created", w.name,
+                                     now - w.created_s)
+                        else:
+                            self.event(key, "WorkerReplaced", f"{w.name} (pid {w.pid}) is "
+                                       f"ready {now - w.created_s:.1f} s after it was created, "
+                                       f"replacing {lost}")
                 if not self.dry_run:
                     delay = pool.template.cold_start_s
                     if pool.crashes:  # back off as Kubernetes' CrashLoopBackOff does
@@ -353,6 +383,60 @@ class ProcessActuator:
             self._save()
         return taken
 
+    def report(self) -> dict[str, Any]:
+        """Per pool, for ``/v1/status``: its workers (phase, PID, port, age) and the latest that
+        exited unasked, each with its replacement's progress (starting for how long, against
+        the cold start; ready; or none yet)."""
+        with self._lock:
+            now = self.clock.now()
+            out: dict[str, Any] = {}
+            for key, pool in self._pools.items():
+                by_name = {w.name: w for w in pool.workers}
+                losses = []
+                for x in pool.losses:
+                    row: dict[str, Any] = {"name": x.name, "pid": x.pid,
+                                           "exit_status": _status(x.status),
+                                           "while": x.phase, "at": x.at_s,
+                                           "ago_s": round(now - x.at_s, 1),
+                                           "replaced_by": x.replaced_by}
+                    new = by_name.get(x.replaced_by or "")
+                    if x.replaced_by is None:
+                        row["replacement"] = "none started yet"
+                    elif new is None:
+                        row["replacement"] = "gone (exited or drained)"
+                    elif new.phase == "starting":
+                        row["replacement"] = (f"starting for {now - new.created_s:.0f} s (cold "
+                                              f"start {pool.template.cold_start_s:g} s)")
+                    else:
+                        row["replacement"] = new.phase
+                    losses.append(row)
+                out[_key_text(key)] = {
+                    "desired": pool.desired,
+                    "workers": [{"name": w.name, "pid": w.pid, "port": w.port,
+                                 "phase": w.phase, "age_s": round(now - w.created_s, 1)}
+                                for w in pool.workers],
+                    "exited": losses}
+            return out
+
+    def losses(self, key: PoolKey) -> str | None:
+        """The pool's workers that exited unasked within the last ten minutes and are not yet
+        replaced by a ready worker, in words (a degraded pool's reason names them)."""
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                return None
+            now = self.clock.now()
+            said = []
+            for x in pool.losses:
+                if now - x.at_s > 600 or (x.replaced_by is not None
+                                          and x.replaced_by not in pool.replaces):
+                    continue
+                new = f"replacement {x.replaced_by} starting" if x.replaced_by else \
+                    "no replacement yet"
+                said.append(f"{x.name} exited ({_status(x.status)}) {now - x.at_s:.0f}s ago, "
+                            f"{new}")
+            return "; ".join(said) or None
+
     # -- internals --------------------------------------------------------------------------
 
     def _unknown(self, key: PoolKey) -> KubeRejected:
@@ -383,13 +467,24 @@ class ProcessActuator:
                 log.info("%s drained and exited (%s) %.1f s after SIGTERM", w.name, code,
                          now - (w.terminated_s or now))
             else:
-                self.event(key, "WorkerExited", f"{w.name} (pid {w.pid}) exited with status "
-                           f"{code} while {w.phase}; a replacement will be started")
+                status = code if w.handle is not None else None  # adopted: not our child
+                pool.losses.append(_Loss(w.name, w.pid, status, w.phase, now))
+                replaced = pool.replaces.pop(w.name, None)  # died before it was ready
+                label = w.name if replaced is None else f"{w.name} (replacing {replaced})"
+                self.event(key, "WorkerExited", f"{label} (pid {w.pid}) exited "
+                           f"({_status(status)}) while {w.phase}; a replacement will be "
+                           "started")
 
     def _converge(self, key: PoolKey, pool: _Pool, now: float, *, delay_s: float) -> None:
         active = [w for w in pool.workers if w.phase != "draining"]
         for _ in range(pool.desired - len(active)):
-            self._launch(pool, now, delay_s)
+            name = self._launch(pool, now, delay_s)
+            lost = next((x for x in pool.losses if x.replaced_by is None), None)
+            if lost is not None:
+                lost.replaced_by = name
+                pool.replaces[name] = lost.name
+                self.event(key, "WorkerReplacing", f"{name} started to replace {lost.name}; "
+                           f"ready after its cold start ({delay_s:g} s) and its own start-up")
         surplus = len(active) - pool.desired
         if surplus > 0:
             for w in self._victims(pool, active, surplus):
@@ -490,7 +585,7 @@ class ProcessActuator:
         with self._lock:
             return dict(self._killed.get(key, {}))
 
-    def _launch(self, pool: _Pool, now: float, delay_s: float) -> None:
+    def _launch(self, pool: _Pool, now: float, delay_s: float) -> str:
         t = pool.template
         name = f"{t.name_prefix}-{pool.next_index}"
         pool.next_index += 1
@@ -513,6 +608,7 @@ class ProcessActuator:
                                     process_start_ticks(handle.pid), handle))
         log.info("%s: started pid %d on port %d (ready after %g s of cold start)", name,
                  handle.pid, port, delay_s)
+        return name
 
     def _save(self) -> None:
         if self.state_file is not None:
@@ -532,6 +628,18 @@ class ProcessActuator:
                           for w in pool.workers if w.phase != "starting"]
                 write_atomic(self.targets_dir / targets_file_name(key),
                               json.dumps(groups, indent=2, sort_keys=True) + "\n")
+
+
+def _status(code: int | None) -> str:
+    """An exit status in words: a signal's name for a negative one (Popen's convention)."""
+    if code is None:
+        return "exit status unknown: not a child of this process"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"status {code}"
 
 
 def targets_file_name(key: PoolKey) -> str:

@@ -33,7 +33,9 @@ from pdscale.controller._interface import (
     PoolDecision,
     PoolForecast,
     PoolKey,
+    PoolObservation,
 )
+from pdscale.controller._present import Shortage, ShortageCheck
 from pdscale.errors import GiveUp, RetryLater
 from pdscale.telemetry import ControllerTelemetry, Signal
 
@@ -152,25 +154,34 @@ class _Override:
     until_s: float
     floor: int
     why: str
+    check: ShortageCheck | None = None
+    """The shortage it answers: it stands only while this holds (a scale_up reaction's)."""
 
 
 class Overrides:
     """What alert reactions impose on the decisions: floors and scale-down holds, with expiry.
 
-    Thread-safe: the webhook writes, the tick reads."""
+    A floor or hold with a shortage check (a ``scale_up`` reaction's) ends on the first tick
+    whose observation no longer shows the shortage, whatever the alert does; the others end
+    when their alert resolves or their hold passes. Thread-safe: the webhook writes, the tick
+    reads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._floors: dict[PoolKey, dict[str, _Override]] = {}
         self._holds: dict[PoolKey, dict[str, _Override]] = {}
+        self.ended: deque[dict[str, Any]] = deque(maxlen=50)
+        """Floors and holds that ended because their shortage cleared, newest last."""
 
-    def floor(self, key: PoolKey, replicas: int, until_s: float, cause_id: str, why: str) -> None:
+    def floor(self, key: PoolKey, replicas: int, until_s: float, cause_id: str, why: str,
+              check: ShortageCheck | None = None) -> None:
         with self._lock:
-            self._floors.setdefault(key, {})[cause_id] = _Override(until_s, replicas, why)
+            self._floors.setdefault(key, {})[cause_id] = _Override(until_s, replicas, why, check)
 
-    def hold(self, key: PoolKey, until_s: float, cause_id: str, why: str) -> None:
+    def hold(self, key: PoolKey, until_s: float, cause_id: str, why: str,
+             check: ShortageCheck | None = None) -> None:
         with self._lock:
-            self._holds.setdefault(key, {})[cause_id] = _Override(until_s, 0, why)
+            self._holds.setdefault(key, {})[cause_id] = _Override(until_s, 0, why, check)
 
     def release(self, cause_id: str) -> int:
         """End every floor and hold an alert caused (it resolved); returns how many ended."""
@@ -185,16 +196,41 @@ class Overrides:
     def active(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
         with self._lock:
             self._expire(now_s)
-            return {name: [{"pool": f"{k[0]}/{k[1].value}", "cause": cid, "until": o.until_s,
-                            "floor": o.floor if name == "floors" else None, "why": o.why}
-                           for k, per in table.items() for cid, o in per.items()]
-                    for name, table in (("floors", self._floors), ("holds", self._holds))}
+            out = {name: [{"pool": f"{k[0]}/{k[1].value}", "cause": cid, "until": o.until_s,
+                           "floor": o.floor if name == "floors" else None, "why": o.why,
+                           "while": None if o.check is None else o.check.condition.value}
+                          for k, per in table.items() for cid, o in per.items()]
+                   for name, table in (("floors", self._floors), ("holds", self._holds))}
+            out["ended"] = list(self.ended)
+            return out
 
     def _expire(self, now_s: float) -> None:
         for table in (self._floors, self._holds):
             for per_pool in table.values():
                 for cid in [c for c, o in per_pool.items() if o.until_s <= now_s]:
                     del per_pool[cid]
+
+    def _end_cleared(self, key: PoolKey, pool: PoolObservation, now_s: float
+                     ) -> dict[str, Shortage]:
+        """End the pool's floors and holds whose shortage no longer shows; returns the
+        shortage read for each check that still holds, by cause."""
+        seen: dict[str, Shortage] = {}
+        for table in (self._floors, self._holds):
+            for cid, o in list(table.get(key, {}).items()):
+                if o.check is None:
+                    continue
+                if cid not in seen:
+                    seen[cid] = o.check(pool)
+                if seen[cid].holds:
+                    continue
+                del table[key][cid]
+                what = f"floor {o.floor}" if table is self._floors else "scale-down hold"
+                self.ended.append({"time": now_s, "pool": f"{key[0]}/{key[1].value}",
+                                   "cause": cid, "what": what, "why": o.why,
+                                   "cleared": seen[cid].reason})
+                log.info("%s/%s: %s from %s ended: the shortage cleared (%s)", key[0],
+                         key[1].value, what, o.why, seen[cid].reason)
+        return {cid: sh for cid, sh in seen.items() if sh.holds}
 
     def apply(self, decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
         now = observation.now_s
@@ -204,16 +240,25 @@ class Overrides:
                 pool = observation.pools.get(key)
                 if pool is None:
                     continue
+                short = self._end_cleared(key, pool, now)
                 r = pool.replicas
                 floors = self._floors.get(key, {})
                 if floors:
-                    top = max(floors.values(), key=lambda o: o.floor)
+                    cid, top = max(floors.items(), key=lambda item: item[1].floor)
                     floor = min(top.floor, r.max_replicas)
-                    if floor > d.desired_replicas:
-                        d = replace(d, desired_replicas=floor, cause=Cause.REACTION,
-                                    reasons=(*d.reasons, f"reaction: {top.why} -> at least "
-                                                         f"{floor}"),
-                                    detail={**d.detail, "reaction_floor": floor})
+                    if floor >= d.desired_replicas:
+                        capped = f" (asked {top.floor}, capped at the pool's max)" \
+                            if floor < top.floor else ""
+                        now_short = f" while {short[cid].reason}" if cid in short else ""
+                        reason = (f"reaction: floor {floor}{capped} from {top.why}"
+                                  f"{now_short}")
+                        if floor > d.desired_replicas:
+                            d = replace(d, desired_replicas=floor, cause=Cause.REACTION,
+                                        reasons=(*d.reasons, reason),
+                                        detail={**d.detail, "reaction_floor": floor})
+                        else:
+                            d = replace(d, reasons=(*d.reasons, reason),
+                                        detail={**d.detail, "reaction_floor": floor})
                 holds = self._holds.get(key, {})
                 if holds and d.desired_replicas < r.active:
                     why = next(iter(holds.values())).why
@@ -240,6 +285,95 @@ def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observati
         elif pool.degraded not in " ".join(d.reasons):
             decisions[key] = replace(d, reasons=(*d.reasons, f"degraded: {pool.degraded}"),
                                      detail={**d.detail, "degraded": pool.degraded})
+
+
+FRESH_READ_S = 1.0
+"""An alert reaction reuses a read of the pools this recent: a flood of alerts costs a read a
+second, not one each."""
+LOG_REASONS_CHARS = 300
+"""A scale's log line carries its reasons up to this many characters (a line to read, not a
+dump); the decision record has them all."""
+ERROR_REPEAT_S = 300.0
+"""An adapter error that comes back every tick is logged once, then at most this often with
+how many times it came back (a Prometheus outage is one line, not one a tick)."""
+
+
+def _error_key(err: AdapterError) -> tuple[str, str, PoolKey | None, str]:
+    return (err.adapter, err.kind, err.pool, err.message)
+
+
+class _ErrorLog:
+    """Logs adapter errors at WARNING without repeating them every tick: the first time, then
+    every :data:`ERROR_REPEAT_S` with a count, and (INFO) once a tick's error stops."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str, PoolKey | None, str], list[float]] = {}
+        """key -> [first seen, last logged, repeats since then, from a tick (1) or not]."""
+
+    def report(self, err: AdapterError, now_s: float, *, in_tick: bool) -> None:
+        key = _error_key(err)
+        where = f" ({err.pool[0]}/{err.pool[1].value})" if err.pool else ""
+        seen = self._open.get(key)
+        if seen is None:
+            self._open[key] = [now_s, now_s, 0.0, 1.0 if in_tick else 0.0]
+            log.warning("%s %s%s: %s", err.adapter, err.kind, where, err.message)
+            return
+        seen[2] += 1
+        if now_s - seen[1] >= ERROR_REPEAT_S:
+            log.warning("%s %s%s: %s (again %d times in %.0fs)", err.adapter, err.kind, where,
+                        err.message, seen[2], now_s - seen[1])
+            seen[1], seen[2] = now_s, 0.0
+
+    def settle(self, this_tick: set[tuple[str, str, PoolKey | None, str]],
+               now_s: float) -> None:
+        """Close the tick errors that this tick did not repeat (saying so)."""
+        for key, seen in list(self._open.items()):
+            if key in this_tick or not seen[3]:
+                if not seen[3] and now_s - seen[1] >= ERROR_REPEAT_S:
+                    del self._open[key]
+                continue
+            del self._open[key]
+            adapter, kind, pool, _ = key
+            where = f" ({pool[0]}/{pool[1].value})" if pool else ""
+            log.info("%s%s: %s cleared after %.0fs", adapter, where, kind, now_s - seen[0])
+
+
+_HOLD_REASONS = ("stabilisation:", "max step:", "reaction:", "degraded:", "idle:",
+                 "bound: min")
+"""The reasons that keep replicas above the need (the stages say each in these words)."""
+
+
+def _holding(record: DecisionRecord) -> str | None:
+    """The reasons that keep the pool above the need its sizing set, or None when it is not
+    above it (or no need was sized)."""
+    need = record.detail.get("need")
+    if not isinstance(need, int | float) or record.desired <= need:
+        return None
+    said = [r for r in record.reasons if r.startswith(_HOLD_REASONS)]
+    return "; ".join(said) or None
+
+
+def describe_data(decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
+    """Each decision says the state of the data it was made on (``detail["data_state"]``): an
+    idle pool (no request counted yet) holds with that reason instead of "degraded", and the
+    targets of a planned scale-down are said to be departing."""
+    for key, d in list(decisions.items()):
+        pool = observation.pools.get(key)
+        if pool is None:
+            continue
+        detail = {**d.detail, "data_state": pool.data_state}
+        if pool.data_state == "idle" and d.cause is Cause.DEGRADED:
+            held = max(pool.replicas.desired, pool.replicas.active, d.desired_replicas)
+            reasons = tuple(r for r in d.reasons if not r.startswith("degraded:"))
+            d = replace(d, desired_replicas=held, cause=Cause.STEADY, detail=detail,
+                        reasons=(*reasons, f"idle: {pool.note}; holding {held} replicas, no "
+                                           "scale-down"))
+        elif pool.note is not None:
+            d = replace(d, detail=detail,
+                        reasons=(*d.reasons, f"{pool.data_state}: {pool.note}"))
+        else:
+            d = replace(d, detail=detail)
+        decisions[key] = d
 
 
 @dataclass
@@ -279,9 +413,16 @@ class Reconciler:
         self.decisions: deque[DecisionRecord] = deque(maxlen=history)
         self.errors: deque[AdapterError] = deque(maxlen=200)
         self.last: dict[PoolKey, DecisionRecord] = {}
+        self._error_log = _ErrorLog()
+        self._holding: dict[PoolKey, str | None] = {}
+        """What last held each pool above its need (logged when it changes)."""
+        self.last_observation: Observation | None = None
+        """What the last tick observed (an alert reaction checks its shortage there)."""
         self.last_tick: TickReport | None = None
         self.ticks = 0
         self._lock = threading.Lock()
+        self._observing = threading.Lock()
+        """One read of the source at a time (the tick's, or an alert reaction's)."""
         self._wake = threading.Event()
         self._refits: dict[PoolKey, Future[float]] = {}
         self._forecasts: Future[None] | None = None
@@ -330,11 +471,10 @@ class Reconciler:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def _error(self, err: AdapterError) -> None:
+    def _error(self, err: AdapterError, *, in_tick: bool = False) -> None:
         self.errors.append(err)
         self.telemetry.record_error(err.adapter, err.kind)
-        log.warning("%s %s%s: %s", err.adapter, err.kind,
-                    f" ({err.pool[0]}/{err.pool[1].value})" if err.pool else "", err.message)
+        self._error_log.report(err, self.clock.now(), in_tick=in_tick)
 
     def tick(self) -> TickReport:
         cpu0, wall0 = time.thread_time(), time.perf_counter()
@@ -346,7 +486,9 @@ class Reconciler:
         with tracer.start_as_current_span("pdscale.tick") as span:
             with tracer.start_as_current_span("observe"):
                 try:
-                    result = self.source.observe(now)
+                    with self._observing:
+                        result = self.source.observe(now)
+                        self.last_observation = result.observation
                 except Exception as exc:  # a source must not take the loop down
                     result = SourceResult(Observation(now, {}), [AdapterError(
                         "source", "error", f"{type(exc).__name__}: {exc}", None, now)])
@@ -365,6 +507,7 @@ class Reconciler:
                                                f"{type(exc).__name__}: {exc}", None, now))
                     decisions = {}
                 hold_degraded(decisions, obs)
+                describe_data(decisions, obs)
                 self.overrides.apply(decisions, obs)
                 self._last_gpus.update({key: pool.replicas.gpus_held
                                         for key, pool in obs.pools.items()})
@@ -387,7 +530,8 @@ class Reconciler:
             span.set_attribute("pdscale.leader", leader)
             span.set_attribute("pdscale.errors", len(errors))
         for err in errors:
-            self._error(replace(err, at_s=err.at_s or now))
+            self._error(replace(err, at_s=err.at_s or now), in_tick=True)
+        self._error_log.settle({_error_key(e) for e in errors}, now)
         self.telemetry.leader.set(1 if leader else 0, {})
         # CPU of the tick's own thread: background refits do not count against the tick.
         cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
@@ -427,6 +571,7 @@ class Reconciler:
         record = DecisionRecord(now, key, current, r.ready, decision.desired_replicas, outcome,
                                 Cause(decision.cause), decision.reasons, decision.detail,
                                 decision.forecast)
+        self._log_decision(record)
         self.telemetry.record_decision(
             key, desired=decision.desired_replicas, cause=record.cause.value,
             detail=decision.detail, current=r.active, ready=r.ready,
@@ -437,6 +582,35 @@ class Reconciler:
             self.decisions.append(record)
             self.last[key] = record
         return record
+
+    def _log_decision(self, record: DecisionRecord) -> None:
+        """A scale (INFO, with its reasons), and a pool's replicas held above its need, each
+        time what holds them changes (not every tick)."""
+        name = f"{record.pool[0]}/{record.pool[1].value}"
+        if record.outcome == "applied" and record.desired != record.current:
+            said = "; ".join(record.reasons)
+            if len(said) > LOG_REASONS_CHARS:  # every reason is in /v1/decisions
+                said = said[:LOG_REASONS_CHARS - 40].rstrip() + " ... (the rest: /v1/decisions)"
+            log.info("%s scaled %d -> %d (%s): %s", name, record.current, record.desired,
+                     record.cause.value, said)
+        holding = _holding(record)
+        if holding != self._holding.get(record.pool):
+            self._holding[record.pool] = holding
+            if holding is not None:
+                message = f"{record.desired} replicas, held above the need: {holding}"
+                log.info("%s: %s", name, message)
+                self._event(record, "PdscaleHeldAboveNeed", message)
+
+    def _event(self, record: DecisionRecord, reason: str, message: str) -> None:
+        """An Event on the pool's target where the actuator records them (Kubernetes, the
+        process actuator), from the acting leader only; a failure is logged, never raised."""
+        event = getattr(self.actuator, "event", None)
+        if event is None or self.dry_run or self.mode != "act" or record.outcome == "standby":
+            return
+        try:
+            event(record.pool, reason, message)
+        except Exception as exc:  # an Event is a record, not a reason to fail the tick
+            log.warning("could not record %s as an Event: %s", reason, exc)
 
     def _reach_by_draining(self, key: PoolKey, decision: PoolDecision, current: int,
                            now: float, errors: list[AdapterError]
@@ -474,6 +648,31 @@ class Reconciler:
             return "failed", (), {}
 
     # -- the loop ---------------------------------------------------------------------------
+
+    def observe_pool(self, key: PoolKey) -> PoolObservation | None:
+        """The pool as its source shows it now: a fresh read (an alert reaction checks its
+        shortage there, not in a tick up to a tick old); None when the read fails or does not
+        cover the pool."""
+        now = self.clock.now()
+        try:
+            with self._observing:
+                last = self.last_observation
+                if last is not None and 0 <= now - last.now_s <= FRESH_READ_S:
+                    return last.pools.get(key)
+                result = self.source.observe(now)
+                self.last_observation = result.observation
+        except Exception as exc:  # the reaction then finds no shortage; the tick reports it
+            log.info("could not read the pools for an alert reaction: %s", exc)
+            return None
+        return result.observation.pools.get(key)
+
+    def pool_observation(self, key: PoolKey) -> PoolObservation | None:
+        """The pool as the last tick observed it, while that is at most two ticks old
+        (:attr:`last_observation`); None otherwise."""
+        obs = self.last_observation
+        if obs is None or self.clock.now() - obs.now_s > 2 * self.tick_s:
+            return None
+        return obs.pools.get(key)
 
     def request_tick(self) -> None:
         """Tick now instead of at the next interval (an alert reaction arrived)."""

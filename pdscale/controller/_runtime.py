@@ -228,6 +228,7 @@ class Controller:
         self.receiver = AlertReceiver(
             spec, overrides=self.reconciler.overrides, now=self.clock.now,
             telemetry=self.telemetry, current_replicas=self._current_replicas,
+            observe=self.reconciler.observe_pool,
             request_tick=self.reconciler.request_tick,
             pods=KubePodLabeler(self.api) if self.api is not None else self.kube,
             events=self.kube, dry_run=dry,
@@ -446,6 +447,7 @@ class Controller:
             "overrides": self.reconciler.overrides.active(self.clock.now()),
             "drains": None if self.reconciler.drainer is None
             else self.reconciler.drainer.snapshot(self.clock.now()),
+            "workers": self.kube.report() if hasattr(self.kube, "report") else None,
             "webhook": {"auth": self.authenticator.describe(),
                         "serving": self.webhook_refusal is None,
                         "refusal": self.webhook_refusal, **self.receiver.snapshot()},

@@ -12,7 +12,8 @@ each returns the new history with its answer.
   without reversals).
 * Scale down only once the need has stayed below the current replicas for the whole
   stabilisation window (and the pool has been watched that long), to the highest need seen in
-  it, by at most ``max_step_down`` replicas a tick.
+  it, by at most ``max_step_down`` replicas a tick. Every replica kept above the need says
+  why: the window (and the time left in it), the highest need within it, or the step.
 * Never below the pool's min or above its max (:func:`bound`).
 
 The burst hold (:meth:`PoolHistory.hold`) is a peak envelope: the load a burst needed, kept
@@ -24,8 +25,8 @@ for a fixed window and dropped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from pdscale.controller._interface import Cause, PoolReplicas
 from pdscale.controller._sizing import Need
@@ -114,6 +115,9 @@ class Stabilised:
     """Scaling up to this many (the cold-start tracker times it)."""
     cancelled_above: int | None = None
     """Scaling down to this many (starts above it are no longer awaited)."""
+    detail: Mapping[str, float | str | None] = field(default_factory=dict)
+    """What holds the replicas above the need (``above_need``: stabilisation or
+    max_step_down), by how many, and when a scale-down can come (``scale_down_in_s``)."""
 
 
 def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
@@ -139,12 +143,48 @@ def stabilise(need: Need, history: PoolHistory, *, now_s: float, current: int,
     window_full = now_s - first >= stabilisation_s
     desired = max(target, held, current - max_step_down) \
         if held < current and window_full else current
+    above = _above_need(target, desired, current, needs, first_s=first, now_s=now_s,
+                        stabilisation_s=stabilisation_s, max_step_down=max_step_down)
     if desired < current:
         return Stabilised(desired, Cause.SCALE_DOWN,
                           (f"scale down after {stabilisation_s:.0f}s below {current}, by at "
-                           f"most {max_step_down}",), replace(after, last_down_s=now_s),
-                          cancelled_above=desired)
-    return Stabilised(desired, Cause.STEADY, (), after)
+                           f"most {max_step_down} a tick", *above[0]),
+                          replace(after, last_down_s=now_s), cancelled_above=desired,
+                          detail=above[1])
+    return Stabilised(desired, Cause.STEADY, above[0], after, detail=above[1])
+
+
+def _above_need(target: int, desired: int, current: int, needs: Sequence[tuple[float, int]], *,
+                first_s: float, now_s: float, stabilisation_s: float, max_step_down: int
+                ) -> tuple[tuple[str, ...], dict[str, float | str | None]]:
+    """Why ``desired`` is above the need ``target`` (a reason and its detail: what holds the
+    replicas above it, and when a scale-down can come), or nothing when it is not."""
+    if desired <= target:
+        return (), {}
+    extra = desired - target
+    if desired == current:
+        # No scale-down yet: the window has not passed since a need this high, or since the
+        # pool was first seen.
+        last_high = max((t for t, n in needs if n >= current), default=first_s)
+        since = max(last_high, first_s)
+        left = max(0.0, since + stabilisation_s - now_s)
+        if last_high > first_s:
+            why = (f"{current} were needed {now_s - last_high:.0f}s ago, within the "
+                   f"{stabilisation_s:.0f}s stabilisation window")
+        else:
+            why = (f"the pool has been watched {now_s - first_s:.0f}s of the "
+                   f"{stabilisation_s:.0f}s stabilisation window")
+        return ((f"stabilisation: {extra} above the need {target}; {why}: scale-down in "
+                 f"{left:.0f}s if the need stays below {current}",),
+                {"above_need": "stabilisation", "above_need_replicas": float(extra),
+                 "scale_down_in_s": left})
+    if desired == current - max_step_down and desired > max(n for _, n in needs):
+        return ((f"max step: {extra} above the need {target}; down by at most "
+                 f"{max_step_down} a tick",),
+                {"above_need": "max_step_down", "above_need_replicas": float(extra)})
+    return ((f"stabilisation: {extra} above the need {target}; {desired} were needed within "
+             f"the last {stabilisation_s:.0f}s",),
+            {"above_need": "stabilisation", "above_need_replicas": float(extra)})
 
 
 def bound(desired: int, replicas: PoolReplicas) -> tuple[int, str | None]:

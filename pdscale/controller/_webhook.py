@@ -8,8 +8,14 @@ that will never work and 503 only for a full queue.
 
 Reactions (``spec.reactions.rules``, first match wins, critical alerts only):
 
-* ``scale_up``: a floor of current + step (or ``to``) on the alert's pool until it resolves or
-  ``hold`` passes; the reconciler ticks at once, skipping scale-up stabilisation.
+* ``scale_up``: only while the shortage the rule answers (``condition``: the pool's latency
+  p95 over the last minute above its SLO, or a queue) shows in the pool's signals, read when
+  the alert is processed (``controller._present``): a floor of current + step (or ``to``),
+  capped at the pool's max, with a scale-down hold, until that shortage clears or ``hold``
+  passes (or the alert resolves); the reconciler ticks at once, skipping scale-up
+  stabilisation. An alert whose shortage does not show now (a budget-burn alert after the
+  load has passed) is recorded and adds nothing (``no_shortage``), and is not remembered as
+  handled, so a later delivery of it acts if the shortage comes back.
 * ``hold_scale_down``: the pool does not shrink until the alert resolves or ``hold`` passes.
 * ``drain_instance``: the alert's pod gets the drain label (its Service and workload select on
   the serving value, so traffic stops and the workload starts a replacement); scale-down of its
@@ -62,7 +68,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pdscale.controller._interface import PoolKey
+from pdscale.controller._interface import PoolKey, PoolObservation
+from pdscale.controller._present import ShortageCheck
 from pdscale.controller._reconciler import Overrides
 from pdscale.spec import ReactionAction, ReactionRule, ReactionSettings, Role, Spec, WebhookAuth
 from pdscale.telemetry import ControllerTelemetry
@@ -178,7 +185,8 @@ class NotLeader(Exception):
     """This replica is the standby: the delivery must go to the leader (answer 503)."""
 
 
-RETRYABLE_OUTCOMES = frozenset({"cooldown", "rate_limited", "disabled", "not_leader", "failed"})
+RETRYABLE_OUTCOMES = frozenset({"cooldown", "rate_limited", "disabled", "not_leader", "failed",
+                                "no_shortage"})
 """Outcomes that pass: the alert is not remembered as handled, so a later delivery acts."""
 ACTED_OUTCOMES = frozenset({"applied", "dry_run"})
 """Outcomes that use the pool's cooldown and the rate budget (a dry run counts as the action it
@@ -206,7 +214,7 @@ class ReactionRecord:
     action: str
     outcome: str
     """applied, dry_run, disabled, cooldown, rate_limited, not_leader, no_pool, refused, failed,
-    recorded, resolved."""
+    recorded, resolved, no_shortage (a scale_up whose shortage does not show now)."""
     message: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -220,6 +228,7 @@ class AlertReceiver:
     def __init__(self, spec: Spec, *, overrides: Overrides, now: Callable[[], float],
                  telemetry: ControllerTelemetry,
                  current_replicas: Callable[[PoolKey], int | None],
+                 observe: Callable[[PoolKey], PoolObservation | None] = lambda key: None,
                  request_tick: Callable[[], None] = lambda: None,
                  pods: PodLabeler | None = None, events: EventRecorder | None = None,
                  dry_run: bool = False, is_leader: Callable[[], bool] = lambda: True,
@@ -231,6 +240,9 @@ class AlertReceiver:
         self.now = now
         self.telemetry = telemetry
         self.current_replicas = current_replicas
+        self.observe = observe
+        """The pool as its signals show it now (None: unread): where a scale_up checks its
+        shortage."""
         self.request_tick = request_tick
         self.pods = pods
         self.events = events
@@ -254,6 +266,8 @@ class AlertReceiver:
         self._pod_regex = {(s.name, role): re.compile(p.pod_regex)
                            for s in spec.services for role, p in s.pools.items()}
         self._namespaces = {s.name: s.namespace for s in spec.services}
+        self._max = {(s.name, role): p.max_replicas for s in spec.services
+                     for role, p in s.pools.items()}
 
     # -- intake (HTTP thread) ---------------------------------------------------------------
 
@@ -375,8 +389,11 @@ class AlertReceiver:
                                   f"{message}")
             except Exception as exc:  # an Event is a record, not a reason to fail
                 log.warning("could not record the reaction as an Event: %s", exc)
-        log.info("alert %s %s on %s: %s %s (%s)", rec.alertname, alert.status,
-                 "-" if pool is None else f"{pool[0]}/{pool[1].value}", action, outcome, message)
+        level = logging.WARNING if rec.severity == "critical" and alert.status == "firing" \
+            else logging.INFO
+        log.log(level, "alert %s %s on %s: %s %s (%s)", rec.alertname, alert.status,
+                "-" if pool is None else f"{pool[0]}/{pool[1].value}", action, outcome,
+                message)
         return rec
 
     def process(self, alert: AlertmanagerAlert) -> ReactionRecord:
@@ -476,12 +493,28 @@ class AlertReceiver:
         dry = self.dry_run
         until = now + rule.hold
         if rule.action is ReactionAction.SCALE_UP:
+            check = ShortageCheck.for_pool(self.spec, pool[0], pool[1], rule.shortage)
+            shortage = check(self.observe(pool))
+            if not shortage.holds:
+                return self._record(alert, pool, action, "no_shortage",
+                                    f"no {rule.shortage.value} shortage now ({shortage.reason})"
+                                    ": nothing added")
             current = self.current_replicas(pool) or 0
-            floor = rule.to if rule.to is not None else current + (rule.step or 1)
-            message = f"floor {floor} replicas (from {current}) for up to {rule.hold}s"
+            asked = rule.to if rule.to is not None else current + (rule.step or 1)
+            floor = min(asked, self._max[pool])
+            if floor <= current:
+                why = f"the pool's max_replicas {self._max[pool]}" if asked > floor else \
+                    f"the floor {floor} asked"
+                return self._record(alert, pool, action, "refused",
+                                    f"{current} replicas already, at least {why}: nothing "
+                                    f"added ({shortage.reason})")
+            capped = f"; {asked} asked, capped at max_replicas" if asked > floor else ""
+            message = (f"floor {floor} replicas (from {current}{capped}) while "
+                       f"{shortage.reason}; it ends when that clears, after {rule.hold}s at "
+                       "most")
             if not dry:
-                self.overrides.floor(pool, floor, until, cause, f"{name} firing")
-                self.overrides.hold(pool, until, cause, f"{name} firing")
+                self.overrides.floor(pool, floor, until, cause, f"{name} firing", check)
+                self.overrides.hold(pool, until, cause, f"{name} firing", check)
                 self.request_tick()
             return self._record(alert, pool, action, "dry_run" if dry else "applied", message)
         if rule.action is ReactionAction.HOLD_SCALE_DOWN:

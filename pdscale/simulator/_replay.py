@@ -14,14 +14,17 @@ summary has the simulator's fields (attainment over all requests, errors count a
 GPU-hours from sampled replica counts, one worker = ``gpus_per_replica`` GPUs, billed from its
 creation to its exit like the simulator bills replicas).
 
-Bounded by construction: loopback URLs only, a duration, a mean-rate cap (a denser trace is
-thinned, keeping its shape), a request cap, an in-flight cap and a per-request timeout.
-Timing is real time: the clock and the sleep are parameters for tests.
+Bounded by construction: loopback URLs only, a duration, an optional mean-rate cap (a denser
+trace is thinned, keeping its shape), a request cap, an in-flight cap and a per-request
+timeout; prompts longer than the tiny model's context are clipped to it. Whatever thinned,
+cut or clipped the trace is said in the summary's ``notes``. Timing is real time: the clock
+and the sleep are parameters for tests; a ``progress`` callback sees the requests as they go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import itertools
 import json
@@ -29,7 +32,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +62,17 @@ class ReplayOptions:
     duration_s: float = 60.0
     """Seconds of trace replayed (from ``start_s``)."""
     start_s: float = 0.0
-    max_rps: float = 20.0
-    """Highest mean request rate sent; a denser window is thinned to it."""
+    max_rps: float | None = 20.0
+    """Highest mean request rate sent; a denser window is thinned to it (None: none)."""
     max_requests: int = 5000
     max_in_flight: int = 256
     """Requests open at once; later ones wait (their delay is recorded, not hidden)."""
     request_timeout_s: float = 120.0
     max_prompt_tokens: int = 60000
-    """Prompts are clipped to this (the tiny model's context is 65,536 tokens)."""
+    """Prompts are clipped to this (the tiny model's context is 65,536 tokens), and the
+    summary says how many were."""
+    max_output_tokens: int | None = None
+    """Outputs are clipped to this (None: none)."""
     sample_s: float = 1.0
     """How often replica counts are sampled for GPU-hours."""
     seed: int = 0
@@ -74,11 +80,13 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         for name in ("duration_s", "max_rps", "request_timeout_s", "sample_s"):
             value = getattr(self, name)
+            if value is None and name == "max_rps":
+                continue
             if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
                 raise ReplayError(f"The '{name}' parameter of ReplayOptions must be a positive "
                                   f"number. Got {value!r}.")
-        for name in ("max_requests", "max_in_flight", "max_prompt_tokens"):
-            if getattr(self, name) < 1:
+        for name in ("max_requests", "max_in_flight", "max_prompt_tokens", "max_output_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ReplayError(f"The '{name}' parameter of ReplayOptions must be >= 1. "
                                   f"Got {getattr(self, name)!r}.")
 
@@ -189,13 +197,22 @@ def _prepare(trace: Trace, options: ReplayOptions) -> tuple[Trace, list[str]]:
         raise ReplayError(f"{trace.name}: no requests between {options.start_s:g} s and "
                           f"{options.start_s + options.duration_s:g} s")
     rate = len(window) / options.duration_s
-    if rate > options.max_rps:
+    if options.max_rps is not None and rate > options.max_rps:
         window = window.scaled(options.max_rps / rate, seed=options.seed)
         notes.append(f"thinned from {rate:.2f} to {options.max_rps:g} requests/s on average")
     if len(window) > options.max_requests:
         window = window.take(np.arange(options.max_requests))
         notes.append(f"cut to the first {options.max_requests} requests")
-    return window.clipped(options.max_prompt_tokens), notes
+    long = int(np.sum(window.prompt_tokens > options.max_prompt_tokens))
+    if long:
+        notes.append(f"{long} prompt(s) clipped to {options.max_prompt_tokens} tokens")
+        window = window.clipped(options.max_prompt_tokens)
+    limit = options.max_output_tokens
+    if limit is not None and int(np.sum(window.output_tokens > limit)):
+        notes.append(f"{int(np.sum(window.output_tokens > limit))} output(s) clipped to "
+                     f"{limit} tokens")
+        window = replace(window, output_tokens=np.minimum(window.output_tokens, limit))
+    return window, notes
 
 
 async def _one(client: Any, url: str, model: str, prompt: str, rec: RequestRecord,
@@ -257,8 +274,11 @@ async def replay_async(trace: Trace, url: str, model: str, vocabulary: Sequence[
                        gpus_per_replica: Mapping[str, int] | None = None,
                        now: Callable[[], float] = time.perf_counter,
                        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                       transport: Any = None) -> ReplayResult:
-    """Replay ``trace`` against the frontend at ``url`` (see the module docstring)."""
+                       transport: Any = None,
+                       progress: Callable[[float, Sequence[RequestRecord]], None] | None = None,
+                       progress_s: float = 10.0) -> ReplayResult:
+    """Replay ``trace`` against the frontend at ``url`` (see the module docstring);
+    ``progress(seconds, requests)`` is called every ``progress_s`` while it runs."""
     import httpx
 
     options = options or ReplayOptions()
@@ -280,6 +300,12 @@ async def replay_async(trace: Trace, url: str, model: str, vocabulary: Sequence[
             samples.append((now() - t0, dict(replicas())))
             await sleep(options.sample_s)
 
+    async def reporter() -> None:
+        while progress is not None and not done.is_set():
+            await sleep(progress_s)
+            if not done.is_set():
+                progress(now() - t0, records)
+
     async def run(rec: RequestRecord) -> None:
         delay = rec.scheduled_s - (now() - t0)
         if delay > 0:
@@ -292,8 +318,12 @@ async def replay_async(trace: Trace, url: str, model: str, vocabulary: Sequence[
 
     async with httpx.AsyncClient(limits=limits, transport=transport, trust_env=False) as client:
         sampling = asyncio.create_task(sampler())
+        reporting = asyncio.create_task(reporter())
         await asyncio.gather(*(run(r) for r in records))
         done.set()
+        reporting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporting
         await sampling
     if replicas is not None:
         samples.append((now() - t0, dict(replicas())))
@@ -309,11 +339,14 @@ async def replay_async(trace: Trace, url: str, model: str, vocabulary: Sequence[
 def replay(trace: Trace, url: str, model: str, vocabulary: Sequence[str], *,
            slo_ttft_s: float, slo_itl_s: float, options: ReplayOptions | None = None,
            replicas: Callable[[], Mapping[str, int]] | None = None,
-           gpus_per_replica: Mapping[str, int] | None = None) -> ReplayResult:
+           gpus_per_replica: Mapping[str, int] | None = None,
+           progress: Callable[[float, Sequence[RequestRecord]], None] | None = None,
+           progress_s: float = 10.0) -> ReplayResult:
     """:func:`replay_async` on a new event loop."""
     return asyncio.run(replay_async(trace, url, model, vocabulary, slo_ttft_s=slo_ttft_s,
                                     slo_itl_s=slo_itl_s, options=options, replicas=replicas,
-                                    gpus_per_replica=gpus_per_replica))
+                                    gpus_per_replica=gpus_per_replica, progress=progress,
+                                    progress_s=progress_s))
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:

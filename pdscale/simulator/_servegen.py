@@ -39,13 +39,15 @@ class _LengthWindow:
 
 def _servegen_model(path: Path) -> str:
     name = path.name
-    for model in ("m-large", "m-small", "m-mid"):
+    for model in ("m-large", "m-small", "m-mid", "mm-image"):
         if model in name:
             return model
     return "m-large"
 
 
 def _load_lengths(path: Path, model: str) -> list[_LengthWindow]:
+    if _is_multimodal(path):
+        return _load_multimodal_lengths(path, model)
     out = []
     for line, row in _csv_rows(path, ("model", "window_start_s", "p50_input", "p90_input",
                                        "p99_input", "p50_output", "p90_output", "p99_output")):
@@ -103,9 +105,52 @@ def _servegen_rows(path: Path) -> list[tuple[float, float, str, float, float]]:
     return rows
 
 
+def _is_multimodal(path: Path) -> bool:
+    with path.open() as f:
+        return "p50_text" in f.readline()
+
+
+def _load_multimodal_lengths(path: Path, model: str) -> list[_LengthWindow]:
+    """A multimodal model's windows (ServeGen mm-image): the file gives text-token quantiles
+    and the images a request carries, not input quantiles. A prompt to prefill is its text
+    plus its images' tokens; the images add a near-constant block (1.5-1.7 images of 480-670
+    tokens a request), so the input quantiles are the text quantiles plus the mean image
+    tokens a request (mean images a request x mean tokens an image), and the input mean is
+    the file's ``mean_input_tokens``."""
+    out = []
+    for line, row in _csv_rows(path, ("model", "window_start_s", "p50_text", "p90_text",
+                                       "p99_text", "mean_images_per_request",
+                                       "mean_tokens_per_image", "mean_input_tokens",
+                                       "p50_output", "p90_output", "p99_output",
+                                       "mean_output_tokens")):
+        if row["model"] != model:
+            continue
+        try:
+            images = float(row["mean_images_per_request"]) * float(row["mean_tokens_per_image"])
+            out.append(_LengthWindow(
+                float(row["window_start_s"]),
+                (float(row["p50_text"]) + images, float(row["p90_text"]) + images,
+                 float(row["p99_text"]) + images, float(row["mean_input_tokens"])),
+                (float(row["p50_output"]), float(row["p90_output"]), float(row["p99_output"]),
+                 float(row["mean_output_tokens"]))))
+        except ValueError:
+            raise _bad(path, line, "p50_text", "expected numbers") from None
+    if not out:
+        raise TraceError(f"{path}: no token-length rows for model {model!r}")
+    return sorted(out, key=lambda w: w.start_s)
+
+
 def _default_lengths_path(path: Path) -> Path | None:
-    candidate = path.parent / "servegen_token_lengths_6h_DERIVED.csv"
-    return candidate if candidate.exists() else None
+    """The token-length file beside a ServeGen trace: the multimodal model's own, else the
+    language models' shared one."""
+    names = ["servegen_token_lengths_6h_DERIVED.csv"]
+    if _servegen_model(path) == "mm-image":
+        names = ["servegen_mm-image_token_lengths_6h_DERIVED.csv"]
+    for name in names:
+        candidate = path.parent / name
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def load_servegen(path: Path, *, lengths_path: Path | None = None, seed: int = 0,

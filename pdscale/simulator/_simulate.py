@@ -78,6 +78,11 @@ class SimOptions:
     max_prompt_tokens: int | None = None
     """Prompts longer than this are clipped to it (None: as recorded), as a deployment's
     context limit clips them; a replay against a real stack clips them the same way."""
+    initial_replicas: tuple[int, int] | None = None
+    """(prefill, decode) replicas ready at the start, the same for every policy; None: the
+    pools' minimum replicas (a cold start: a quiet night, a new service), except for
+    ``static``, which holds the allocation it starts with and so starts sized for the trace's
+    peak. Each is kept within its pool's bounds."""
     idle_before: bool = False
     """Event mode: the pools ran idle, and were measured, before the trace starts (a fresh
     deployment the load then reaches, as on the real-stack benchmark): the first sample, at
@@ -120,6 +125,18 @@ def _pdscale(setup: SimSetup, spec: Spec) -> tuple[Policy, ForecastStage]:
             (setup.service, Role.DECODE): setup.decode.cold_start_quantile(0.9)}
     forecasts = build_forecasts(spec, cold_start_s=cold)
     return build_policy(spec, forecasts=forecasts, cold_start_s=cold), forecasts
+
+
+History = tuple[Any, Any, Any]
+"""Per-minute (times_s, prompt tokens/s, output tokens/s) before the run, times negative."""
+
+
+def _warm(forecasts: ForecastStage, service: str, history: History) -> None:
+    """Feed the earlier days' demand to the forecasters, as ``pdscale run`` feeds its history
+    from Prometheus at start-up (prefill: prompt tokens/s; decode: generated tokens/s)."""
+    times, prompt, output = history
+    forecasts.warm((service, Role.PREFILL), list(times), list(prompt))
+    forecasts.warm((service, Role.DECODE), list(times), list(output))
 
 
 def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
@@ -231,24 +248,39 @@ def _failures_outside(options: SimOptions, trace: Trace | None, load: FluidLoad 
             f"({what}); give a time inside the replay")
 
 
-def _workload(options: SimOptions, fmt: str | None) -> tuple[Trace | None, FluidLoad | None]:
+SCENARIO_PREFIX = "scenario:"
+"""``--trace scenario:NAME`` replays a generated scenario family (simulator._scenarios)."""
+
+
+def _workload(options: SimOptions, fmt: str | None
+              ) -> tuple[Trace | None, FluidLoad | None, History | None]:
     """The run's requests: a trace (scaled, clipped, windowed), or for a ServeGen run in fluid
-    mode over its whole length, its rates as a fluid load."""
-    if fmt == "servegen" and options.mode != "event" and options.duration_s is None:
+    mode over its whole length, its rates as a fluid load; and, for a scenario with earlier
+    days, their per-minute demand."""
+    history = None
+    if options.trace.startswith(SCENARIO_PREFIX):
+        from pdscale.simulator._scenarios import scenario
+
+        generated = scenario(options.trace[len(SCENARIO_PREFIX):], seed=options.seed,
+                             scale=options.scale)  # generated at its scale
+        trace, history = generated.trace, generated.history
+        if options.start_s or options.duration_s is not None:
+            trace = trace.window(options.start_s, options.duration_s or math.inf)
+    elif fmt == "servegen" and options.mode != "event" and options.duration_s is None:
         return None, fluid_load_from_servegen(Path(options.trace), seed=options.seed,
-                                              scale=options.scale)
-    duration = options.duration_s
-    if fmt == "servegen" and duration is None:
-        duration = 3600.0  # event mode: one hour unless asked otherwise
-    trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
-                       seed=options.seed, start_s=options.start_s, duration_s=duration)
-    trace = trace.scaled(options.scale, seed=options.seed)
+                                              scale=options.scale), None
+    else:
+        duration = options.duration_s
+        if fmt == "servegen" and duration is None:
+            duration = 3600.0  # event mode: one hour unless asked otherwise
+        trace = load_trace(options.trace, fmt, skip_bad_rows=options.skip_bad_rows,
+                           seed=options.seed, start_s=options.start_s, duration_s=duration)
+        trace = trace.scaled(options.scale, seed=options.seed)
     if options.max_prompt_tokens is not None:
         trace = trace.clipped(options.max_prompt_tokens)
     if len(trace) == 0:
         raise TraceError("the trace has no requests after --scale and the time window")
-    return trace, None
-
+    return trace, None, history
 
 def prepare(spec: Spec, options: SimOptions) -> Prepared:
     """Pick the service, load the trace, size the pools and build the policy."""
@@ -256,9 +288,11 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         raise ValueError(f"unknown policy {options.policy!r}; use one of {', '.join(POLICIES)}")
     service = spec.service(options.service) if options.service else spec.services[0]
     fmt = options.fmt
-    if options.trace != "synthetic" and fmt is None:
+    if options.trace.startswith(SCENARIO_PREFIX):
+        fmt = "scenario"
+    elif options.trace != "synthetic" and fmt is None:
         fmt = detect_format(Path(options.trace))
-    trace, load = _workload(options, fmt)
+    trace, load, history = _workload(options, fmt)
     mode = _resolve_mode(options, trace)
     if mode == "fluid" and load is None:
         assert trace is not None
@@ -282,12 +316,13 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     else:
         assert load is not None
         plan = _plan_from_load(load, probe)
-    if options.policy == "static":
+    if options.initial_replicas is not None:
+        initial = {Role.PREFILL: options.initial_replicas[0],
+                   Role.DECODE: options.initial_replicas[1]}
+    elif options.policy == "static":
         initial = size_for_peak(plan)
     else:
-        lead = int(max(probe.prefill.cold_start_s, probe.decode.cold_start_s)) + 60
-        initial = {Role.PREFILL: int(plan.prefill[:lead].max()),
-                   Role.DECODE: int(plan.decode[:lead].max())}
+        initial = {role: service.pools[role].min_replicas for role in Role}
     # The simulated service alone: the controller's cross-pool constraints (P:D ratio
     # bounds, a GPU budget that counts this service's pools) and its telemetry, as in a
     # cluster running this one service.
@@ -297,6 +332,8 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
     forecasts = None
     if options.policy == "pdscale":
         policy, forecasts = _pdscale(setup, one)
+        if history is not None:
+            _warm(forecasts, service.name, history)
     else:
         policy = _policy(options.policy, setup, plan)
     # Whether the trace's peak needs more than max_replicas (whatever the policy: the start
@@ -313,11 +350,14 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         "scale": options.scale,
         "max_prompt_tokens": options.max_prompt_tokens,
         "router": options.router,
+        "initial_replicas": {r.value: getattr(setup, r.value).initial_replicas for r in Role},
+        "warmed_minutes": 0 if history is None else len(history[0]),
         "cold_start_s": {r.value: getattr(setup, r.value).cold_start_s for r in Role},
         "cold_start_spread": {r.value: getattr(setup, r.value).cold_start_spread for r in Role},
         "profiles": {r.value: getattr(setup, r.value).profile.name for r in Role},
         "slo": {"ttft_p95_s": setup.slo_ttft_s, "itl_p95_s": setup.slo_itl_s},
         "peak_need_exceeds_max_replicas": capped,
+        "peak_need": {role.value: peak[role] for role in Role},
     }
     if trace is not None and trace.notes:
         meta["trace_notes"] = list(trace.notes)

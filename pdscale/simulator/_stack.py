@@ -274,7 +274,8 @@ class DynamoStack:
                      "name": self.frontend_pod(), "pid": self.frontend_pid,
                      "port": self.frontend_port,
                      "start_ticks": process_start_ticks(self.frontend_pid or -1)},
-                 "workers_file": self.workers_file.name, "dynamo_version": DYNAMO_VERSION}
+                 "workers_file": self.workers_file.name, "dynamo_version": DYNAMO_VERSION,
+                 "start_delay_s": {r.value: s for r, s in self.cold_start_s.items()}}
         self.state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
 
     def wait_routable(self, *, timeout_s: float = 60.0,

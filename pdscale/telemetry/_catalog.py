@@ -139,6 +139,7 @@ class Signal(StrEnum):
     TTFT_TRANSFER_P95_S = "ttft_transfer_p95_s"
     ITL_P50_S = "itl_p50_s"
     ITL_P95_S = "itl_p95_s"
+    ITL_P95_RECENT_S = "itl_p95_recent_s"
     E2E_P95_S = "e2e_p95_s"
     REQUEST_RATE = "request_rate"
     PROMPT_TOKENS_PER_S = "prompt_tokens_per_s"
@@ -228,6 +229,8 @@ _DEFS: tuple[SignalDef, ...] = (
        "Inter-token latency, median over 5m"),
     _d(Signal.ITL_P95_S, "pdscale_pool:inter_token_latency_seconds:p95_rate5m", "s",
        "Inter-token latency, 95th percentile over 5m"),
+    _d(Signal.ITL_P95_RECENT_S, "pdscale_pool:inter_token_latency_seconds:p95_rate1m", "s",
+       "Inter-token latency, 95th percentile over the last minute"),
     _d(Signal.E2E_P95_S, "pdscale_pool:e2e_request_latency_seconds:p95_rate5m", "s",
        "End-to-end request latency, 95th percentile over 5m"),
     _d(Signal.REQUEST_RATE, "pdscale_pool:requests:rate5m", "reqps",
@@ -604,6 +607,14 @@ _SLO_HISTOGRAMS: dict[Engine, dict[str, tuple[str, str]]] = {
 _SLO_ROLE = {"ttft": Role.PREFILL, "itl": Role.DECODE}
 
 
+GPU_SIGNALS = frozenset({Signal.GPU_UTILIZATION_RATIO, Signal.GPU_MEMORY_USED_BYTES,
+                         Signal.GPU_MEMORY_FREE_BYTES, Signal.GPU_MEMORY_USED_MAX_RATIO,
+                         Signal.GPU_TEMPERATURE_MAX_CELSIUS, Signal.GPU_XID_ERRORS})
+"""The gpu signal group: the DCGM exporter's series. A service that declares no GPU metrics
+(``gpu_metrics: false``) has none of them: no recording rule, alert, check row or absence
+alert reads them."""
+
+
 def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
     if service.engine is Engine.VLLM:
         table = dict(_VLLM)
@@ -618,7 +629,8 @@ def _engine_table(service: ServiceSpec, role: Role) -> dict[Signal, str]:
         if role is Role.DECODE:
             table = {s: backend[s] for s in _DYNAMO_DECODE_WORKER_SIGNALS if s in backend}
         table.update(_DYNAMO_FRONTEND[role])
-    table.update(_GPU_AND_TARGETS)
+    table.update({s: e for s, e in _GPU_AND_TARGETS.items()
+                  if service.gpu_metrics or s not in GPU_SIGNALS})
     table[Signal.SAMPLE_AGE_S] = _sample_age(*_LIVENESS[service.engine])
     table.update(_recent(table, role))
     return table
@@ -657,11 +669,12 @@ def _dispersion(rate: str) -> str | None:
 
 
 def _recent(table: Mapping[Signal, str], role: Role) -> dict[Signal, str]:
-    """The recent signals, from the same expressions over :data:`RECENT_WINDOW`: the TTFT p95
-    of the last minute, and the highest one-minute prompt-token rate over the rate window (a
-    subquery at the rule group's evaluation interval); for prefill pools also the index of
-    dispersion of the counted prompt tokens per :data:`DISPERSION_WINDOW` (:func:`_dispersion`),
-    which only the prefill tail model reads."""
+    """The recent signals, from the same expressions over :data:`RECENT_WINDOW`: the TTFT and
+    ITL p95 of the last minute (what an alert reaction checks before it adds capacity), and the
+    highest one-minute prompt-token rate over the rate window (a subquery at the rule group's
+    evaluation interval); for prefill pools also the index of dispersion of the counted prompt
+    tokens per :data:`DISPERSION_WINDOW` (:func:`_dispersion`), which only the prefill tail
+    model reads."""
     def recent(signal: Signal) -> str:
         # Only the window: the selectors ($eng, $wrk, ...) stay for pool_expr to fill.
         return Template(table[signal]).safe_substitute(w=RECENT_WINDOW)
@@ -669,6 +682,8 @@ def _recent(table: Mapping[Signal, str], role: Role) -> dict[Signal, str]:
     out = {}
     if Signal.TTFT_P95_S in table:
         out[Signal.TTFT_P95_RECENT_S] = recent(Signal.TTFT_P95_S)
+    if Signal.ITL_P95_S in table:
+        out[Signal.ITL_P95_RECENT_S] = recent(Signal.ITL_P95_S)
     if Signal.PROMPT_TOKENS_PER_S in table:
         out[Signal.PROMPT_TOKENS_PEAK_PER_S] = \
             f"max_over_time(({recent(Signal.PROMPT_TOKENS_PER_S)})[$w:])"

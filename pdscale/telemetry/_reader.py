@@ -140,21 +140,21 @@ class PrometheusReader:
         try:
             return fn()
         except PrometheusApiClientException as exc:
-            text = str(exc)
+            text = _short(str(exc))
             if any(f"Status Code {code}" in text for code in range(500, 600)):
                 raise PrometheusUnavailable(f"{self.url}: {text}") from exc
             raise PrometheusQueryError(f"{self.url}: {text}") from exc
         except requests.exceptions.RetryError as exc:
-            raise PrometheusUnavailable(f"{self.url} kept failing: {exc}") from exc
+            raise PrometheusUnavailable(f"{self.url} kept failing ({_cause(exc)})") from exc
         except requests.Timeout as exc:
             raise PrometheusUnavailable(f"{self.url} did not answer within "
-                                        f"{self.timeout_s:g}s: {exc}") from exc
+                                        f"{self.timeout_s:g}s") from exc
         except requests.ConnectionError as exc:
             if "timed out" in str(exc).lower():  # a read timeout after the adapter's retry
                 raise PrometheusUnavailable(f"{self.url} did not answer within "
                                             f"{self.timeout_s:g}s") from exc
-            raise PrometheusUnavailable(f"cannot connect to {self.url} (refused or "
-                                        f"unreachable; is Prometheus up?): {exc}") from exc
+            raise PrometheusUnavailable(f"cannot connect to {self.url} ({_cause(exc)}; is "
+                                        "Prometheus up?)") from exc
         except (ValueError, KeyError, TypeError) as exc:
             # An answer that is not the Prometheus API's JSON (a Grafana or proxy page).
             raise PrometheusQueryError(
@@ -239,6 +239,24 @@ class PrometheusReader:
                     times.append(t)
                     values.append(float(raw))
         return out
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def _cause(exc: BaseException) -> str:
+    """The root cause of a connection failure in a few words ("Connection refused"), not the
+    library's whole chain (which repeats the request's URL-encoded query)."""
+    found = _ERRNO.search(str(exc))
+    if found is not None:
+        return found.group(1).strip().rstrip(".")
+    return "refused or unreachable"
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """An error text cut to ``limit`` characters (an answer's body can be a whole page)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _chunks(start_s: float, end_s: float, step_s: float) -> Iterable[tuple[float, float]]:

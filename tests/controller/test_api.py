@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from pdscale.controller._api import create_app
 from pdscale.controller._runtime import Controller, reader_from_spec
 from pdscale.spec import Role, Spec, parse_spec
+from pdscale.telemetry import Signal
 from tests.conftest import free_port
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.controller.memory_cluster import ManualClock
@@ -71,9 +72,42 @@ def make_spec(tmp_path: Path, extra: str = "") -> Spec:
     return parse_spec(text + extra)
 
 
+SHORT = {Signal.TTFT_P95_RECENT_S: 5.0, Signal.ITL_P95_RECENT_S: 1.0, Signal.QUEUE_DEPTH: 50.0}
+"""Every pool short of capacity now: the last minute's latency far over its SLO and a long
+queue (what a scale_up reaction checks before it acts, ``controller._present``)."""
+
+
+class ShortOfCapacity:
+    """An observation source that shows :data:`SHORT` on every pool over what ``source``
+    read (a Prometheus that is down here: the policy still holds every pool)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def observe(self, now_s: float) -> Any:
+        from dataclasses import replace
+
+        from pdscale.controller import Observation
+
+        result = self.source.observe(now_s)
+        pools = {k: replace(p, signals={**p.signals, **SHORT})
+                 for k, p in result.observation.pools.items()}
+        return replace(result, observation=Observation(now_s, pools))
+
+
+def short_pool(key: Any) -> Any:
+    """The pool as the loop would have read it while short of capacity."""
+    from pdscale.controller import PoolObservation, PoolReplicas
+
+    return PoolObservation(key, PoolReplicas(2, 0, 0, 2, 2, 20), dict(SHORT), 0.0)
+
+
 @contextmanager
-def running(spec: Spec, token_file: Path, *, dry_run: bool | None = None) -> Iterator[Env]:
-    """The controller's app against the API stand-in (two pools, two pods), in process."""
+def running(spec: Spec, token_file: Path, *, dry_run: bool | None = None,
+            short: bool = True) -> Iterator[Env]:
+    """The controller's app against the API stand-in (two pools, two pods), in process; with
+    ``short`` every pool reads as short of capacity now (:class:`ShortOfCapacity`), so the
+    webhook's scale_up reactions act."""
     state = ApiState()
     state.add("llm", "deployments", "chat-prefill", 2)
     state.add("llm", "deployments", "chat-decode", 2)
@@ -88,6 +122,9 @@ def running(spec: Spec, token_file: Path, *, dry_run: bool | None = None) -> Ite
             controller = Controller(spec, api, reader_from_spec(spec), clock=clock,
                                     identity="test-0", leader_election=False,
                                     dry_run=dry_run)
+            if short:
+                controller.reconciler.source = ShortOfCapacity(controller.reconciler.source)
+                controller.receiver.observe = short_pool
             with TestClient(create_app(controller)) as client:
                 yield Env(client, controller, state, clock, token_file)
             controller.reconciler.close()
@@ -239,7 +276,7 @@ def test_critical_scale_up_acts_once_then_resolves(env: Env) -> None:
     env.post(payload(alert(status="resolved")))
     env.controller.receiver.drain_queue()
     assert records[-1].outcome == "resolved"
-    assert rec.overrides.active(env.clock.now()) == {"floors": [], "holds": []}
+    assert rec.overrides.active(env.clock.now()) == {"floors": [], "holds": [], "ended": []}
     shown = env.client.get("/v1/decisions").json()["reactions"]
     assert [r["outcome"] for r in shown] == ["applied", "resolved"]
     metrics = env.client.get("/metrics").text

@@ -419,8 +419,8 @@ def test_without_pod_rights_scale_ups_go_through_and_scale_downs_wait(env: Env) 
 @pytest.mark.parametrize("enabled", [True, False], ids=["drains-on", "drains-off"])
 def test_a_drain_left_by_a_routing_mark_is_taken_back_without_one(env: Env,
                                                                    enabled: bool) -> None:
-    """After a restart with controller.drain.stop_routing: false (the README's advice for
-    Dynamo), a pod an earlier configuration had taken out of routing stayed out for good:
+    """After a restart with controller.drain.stop_routing: false (docs/drains.md's advice
+    for Dynamo), a pod an earlier configuration had taken out of routing stayed out for good:
     the path without a mark read its annotation as a drain in progress."""
     a, b, c = _deployment(env)
     for pod, running in ((a, 4), (b, 1), (c, 6)):

@@ -69,9 +69,11 @@ COPIES = {
         r"\.(prefill_tokens_per_s|decode_step_ms)\(",
 }
 PHYSICS = {"pdscale/controller/_perf.py", "pdscale/controller/_profiles.py",
+           "pdscale/controller/_queueing.py", "pdscale/controller/_model.py",
            "pdscale/simulator/_event.py", "pdscale/simulator/_decode.py",
            "pdscale/simulator/_fluid.py"}
-"""The performance model itself, and the simulators, whose physics are the profile's."""
+"""The performance model itself, the queueing model's sizing from it, and the simulators, whose
+physics are the profile's."""
 
 
 def test_the_capacity_arithmetic_exists_once() -> None:

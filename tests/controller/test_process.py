@@ -163,10 +163,27 @@ def test_a_dead_worker_is_reported_and_replaced_with_the_cold_start(tmp_path: Pa
     status = act.read_status(D)
     assert status == ScaleStatus(2, 2, 1)  # the replacement exists, not ready
     reasons = [(e[2], e[3]) for e in act.events]
-    assert any(r == "WorkerExited" and "dec-0" in m and "-9" in m for r, m in reasons)
+    assert any(r == "WorkerExited" and "dec-0" in m and "killed by SIGKILL" in m
+               for r, m in reasons)
+    assert ("WorkerReplacing", "dec-2 started to replace dec-0; ready after its cold start "
+            "(30 s) and its own start-up") in reasons
     replacement = world.procs[max(world.procs)]
     assert float(replacement.argv[3]) == 30.0  # a ready worker died: no back-off
     assert [w.name for w in act.workers(D)] == ["dec-1", "dec-2"]
+    # Where a person looks: the status names the dead worker and its replacement's progress,
+    # and a degraded pool's reason says it.
+    clock.t += 12
+    exited = act.report()["svc/decode"]["exited"]
+    assert exited == [{"name": "dec-0", "pid": victim, "exit_status": "killed by SIGKILL",
+                       "while": "ready", "at": 1000.0, "ago_s": 12.0, "replaced_by": "dec-2",
+                       "replacement": "starting for 12 s (cold start 30 s)"}]
+    assert act.losses(D) == "dec-0 exited (killed by SIGKILL) 12s ago, replacement dec-2 " \
+                            "starting"
+    world.healthy_pids.add(replacement.pid)
+    act.sync()
+    assert act.report()["svc/decode"]["exited"][0]["replacement"] == "ready"
+    assert act.losses(D) is None
+    assert act.events[-1][2] == "WorkerReplaced" and "replacing dec-0" in act.events[-1][3]
 
 
 def test_crash_loop_backs_off(tmp_path: Path) -> None:

@@ -434,3 +434,28 @@ def test_a_fitted_stage_returns_a_typed_forecast_and_reuses_it() -> None:
     fresh = stage.forecast(KEY, 7320.0, 150.0)
     assert isinstance(fresh, PoolForecast) and fresh.at_s == 7320.0
     assert fresh.as_dict()["quantiles"]["0.9"] == list(fresh.quantiles[0.9])
+
+
+def test_every_replica_kept_above_the_need_says_why() -> None:
+    """Held by the window (and for how long yet), by the highest need in it, or by the step:
+    each says so in the reasons and the detail."""
+    watched = stabilise(_need(4), PoolHistory(first_seen_s=0.0), now_s=120.0, current=8,  # type: ignore[arg-type]
+                        max_replicas=40, stabilisation_s=600.0, max_step_down=2)
+    assert watched.desired == 8 and watched.cause is Cause.STEADY
+    assert watched.reasons == ("stabilisation: 4 above the need 4; the pool has been watched "
+                               "120s of the 600s stabilisation window: scale-down in 480s if "
+                               "the need stays below 8",)
+    assert watched.detail == {"above_need": "stabilisation", "above_need_replicas": 4.0,
+                              "scale_down_in_s": 480.0}
+    recent = PoolHistory(needs=((500.0, 8),), first_seen_s=0.0)
+    held = stabilise(_need(4), recent, now_s=700.0, current=8, max_replicas=40,  # type: ignore[arg-type]
+                     stabilisation_s=600.0, max_step_down=2)
+    assert held.desired == 8 and held.detail["scale_down_in_s"] == 400.0
+    assert "8 were needed 200s ago" in held.reasons[0]
+    stepping = stabilise(_need(2), PoolHistory(first_seen_s=0.0), now_s=900.0, current=8,  # type: ignore[arg-type]
+                         max_replicas=40, stabilisation_s=600.0, max_step_down=2)
+    assert (stepping.desired, stepping.cause) == (6, Cause.SCALE_DOWN)
+    assert stepping.reasons[-1] == "max step: 4 above the need 2; down by at most 2 a tick"
+    at_need = stabilise(_need(8), PoolHistory(first_seen_s=0.0), now_s=900.0, current=8,  # type: ignore[arg-type]
+                        max_replicas=40, stabilisation_s=600.0, max_step_down=2)
+    assert at_need.reasons == () and at_need.detail == {}

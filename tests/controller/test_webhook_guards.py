@@ -17,7 +17,15 @@ from pdscale.controller._runtime import Controller, is_loopback, reader_from_spe
 from pdscale.spec import Spec, parse_spec
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.controller.memory_cluster import ManualClock
-from tests.controller.test_api import SPEC, Env, alert, make_spec, payload, running
+from tests.controller.test_api import (
+    SPEC,
+    Env,
+    alert,
+    make_spec,
+    payload,
+    running,
+    short_pool,
+)
 
 POD = "chat-prefill-7d9f-abcde"
 
@@ -48,7 +56,7 @@ def test_controller_dry_run_stops_every_reaction_write(tmp_path: Path) -> None:
         assert outcomes == [("drain_instance", "dry_run"), ("scale_up", "dry_run")]
         assert _serving_label(env.state) == "true"
         assert env.controller.reconciler.overrides.active(env.clock.now()) == {
-            "floors": [], "holds": []}
+            "floors": [], "holds": [], "ended": []}
         assert not env.state.events
         assert env.client.get("/v1/status").json()["webhook"]["dry_run"] is True
 
@@ -75,6 +83,8 @@ def _pair(tmp_path: Path) -> Iterator[tuple[Env, Env]]:
                                leader_election=True)
                 envs.append((c, TestClient(create_app(c))))
             (ca, ta), (cb, tb) = envs
+            for c, _ in envs:
+                c.receiver.observe = short_pool
             assert ca.lease_step() and not cb.lease_step()
             with ta, tb:
                 yield (Env(ta, ca, state, clock, tmp_path / "token"),
@@ -93,7 +103,7 @@ def test_only_the_leader_acts_the_standby_answers_503(tmp_path: Path) -> None:
         standby.controller.receiver.drain_queue()
         assert not standby.controller.receiver.records  # nothing queued, nothing recorded
         assert standby.controller.reconciler.overrides.active(standby.clock.now()) == {
-            "floors": [], "holds": []}
+            "floors": [], "holds": [], "ended": []}
         assert _serving_label(standby.state) == "true"
         assert standby.client.get("/v1/status").json()["webhook"]["leader"] is False
         # Alertmanager retries; the delivery that reaches the leader acts.

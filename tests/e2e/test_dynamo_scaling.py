@@ -16,6 +16,7 @@ Needs .venv-dynamo (scripts/test.sh installs it): skipped without it outside CI,
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -47,6 +48,7 @@ services:
     engine: dynamo
     model_name: tiny-chat
     dynamo: {namespace: chat, backend: vllm}
+    gpu_metrics: false
     slo: {ttft_p95_s: 0.47, itl_p95_s: 0.064}
     pools:
       prefill:
@@ -192,7 +194,10 @@ def test_a_decode_heavy_step_scales_decode_not_prefill(running: Any, tmp_path: P
     assert out[0].summary["errors"] == 0, out[0].summary["error_kinds"]
 
 
-def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Path) -> None:
+def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every series the spec reads is there; and the stack declares no GPU metrics, so the
+    check lists no DCGM series it cannot find."""
     from pdscale.cli import main
 
     spec = _spec(tmp_path)
@@ -207,11 +212,15 @@ def test_check_finds_every_signal_of_the_dynamo_spec(running: Any, tmp_path: Pat
         return main(["check", str(spec_file), "--prometheus", run.prometheus_url]) == 0
 
     eventually(checked, 40, "pdscale check exits 0 against the real stack")
+    out = capsys.readouterr().out
+    assert "DCGM" not in out and " gpu_" not in out, out
 
 
-def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> None:
+def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
     run = running(_spec(tmp_path), replicas={Role.PREFILL: 2, Role.DECODE: 2})
     _warm(run)
+    caplog.set_level(logging.INFO, logger="pdscale")
     run.kill_prometheus()
     # Ticks that began once Prometheus had exited (a tick under way at the kill may have read
     # it before, and is recorded after: it was not blind). A record's time is its tick's start.
@@ -225,6 +234,15 @@ def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> Non
     rows = blind()
     assert all(d.cause == "degraded" and d.desired >= d.current for d in rows), _summary(run)
     assert run.stack.actuator.read_status(P).desired == 2
+    # The reason blames Prometheus, not the targets; the log says it once, in a short line.
+    last = [d for d in rows if d.pool == P][-1]
+    assert last.detail["data_state"] == "unavailable"
+    assert any(r.startswith("degraded: Prometheus unreadable: cannot connect to") for r in
+               last.reasons) and not any("targets down" in r for r in last.reasons), last.reasons
+    said = [r.getMessage() for r in caplog.records
+            if r.name == "pdscale.controller" and r.levelno >= logging.WARNING
+            and "prometheus" in r.getMessage()]
+    assert len(said) == 1 and len(said[0]) < 160, said
     run.restart_prometheus()
     back = len(_decisions(run))
     thread, _ = _load(run, _trace(4, 3.0, 32, 8), 3.5)
@@ -233,11 +251,37 @@ def test_prometheus_down_holds_and_recovers(running: Any, tmp_path: Path) -> Non
           "decisions on data again", lambda: _summary(run))
 
 
+class _Hold:
+    """Keeps every pool where it is: only alert reactions change the replicas."""
+
+    name = "hold"
+
+    def decide(self, observation: Any) -> dict[Any, Any]:
+        from pdscale.controller import PoolDecision
+
+        return {key: PoolDecision(pool.replicas.desired, ("held by the test",))
+                for key, pool in observation.pools.items()}
+
+
+def _post(run: StackRun, alert: dict[str, Any], token: str) -> None:
+    import httpx
+
+    body = {"version": "4", "status": alert["status"], "receiver": "pdscale",
+            "alerts": [alert]}
+    answer = httpx.post(f"{run.api_url}/v1/alerts/alertmanager", json=body, timeout=10,
+                        headers={"Authorization": f"Bearer {token}"}, trust_env=False)
+    assert answer.status_code == 200, answer.text
+
+
 def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
         running: Any, tmp_path: Path) -> None:
     """Prometheus evaluates the generated rules on the stack's own series, Alertmanager
     routes the critical tier to the controller's webhook, and the reaction's floor scales
-    the prefill pool."""
+    the prefill pool. A budget-burn alert (posted to the webhook: its 6 h window cannot
+    fire here) adds nothing while TTFT is within the SLO, as after a recovery, and the same
+    alert acts during the real overload. The policy holds every pool, so only the
+    reactions move them."""
+    from pdscale.telemetry import Signal
     from tests.conftest import free_port
 
     need_tool("prometheus-alertmanager")
@@ -245,6 +289,7 @@ def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
     token = tmp_path / "token"
     token.write_text("stack-secret\n")
     raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
+    raw["services"][0]["pools"]["prefill"]["max_replicas"] = 5
     raw["alerts"].update({
         "webhook": {"url": f"http://127.0.0.1:{api}/v1/alerts/alertmanager",
                     "credentials_file": str(token)},
@@ -253,32 +298,74 @@ def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
     raw["reactions"] = {"cooldown": "0s", "auth": {"bearer_token_file": str(token)}, "rules": [
         {"match": {"alertname": "LLMQueueBacklogHigh", "severity": "critical",
                    "pdscale_pool": "prefill"},
-         "action": "scale_up", "to": 3, "hold": "10m"}]}
+         "action": "scale_up", "to": 3, "hold": "10m"},
+        {"match": {"alertname": "LLMTimeToFirstTokenSLOBudgetBurn", "severity": "critical"},
+         "action": "scale_up", "step": 1, "hold": "10m", "condition": "latency"}]}
     run = running(parse_spec(yaml.safe_dump(raw)), alertmanager=True, api_port=api,
-                  alertmanager_overrides={"group_wait": "0s", "group_interval": "2s"})
+                  alertmanager_overrides={"group_wait": "0s", "group_interval": "2s"},
+                  policy=_Hold())
     _warm(run)
-    thread, out = _load(run, _trace(12, 20.0, 6000, 4), 20.0)
     receiver = run.pdscale.receiver
+    burn = {"status": "firing", "fingerprint": "burn-6h", "startsAt": "2026-12-05T09:36:00Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "labels": {"alertname": "LLMTimeToFirstTokenSLOBudgetBurn", "severity": "critical",
+                       "long": "6h", "short": "30m", "pdscale_service": "chat",
+                       "pdscale_pool": "prefill"}}
 
-    def acted() -> bool:
-        return any(r.alertname == "LLMQueueBacklogHigh" and r.outcome == "applied"
-                   for r in list(receiver.records))
+    def outcomes(name: str) -> list[str]:
+        return [r.outcome for r in list(receiver.records) if r.alertname == name]
 
-    eventually(acted, 60, "the critical backlog alert applied by the webhook",
-          lambda: [(r.alertname, r.severity, r.outcome) for r in list(receiver.records)])
-    eventually(lambda: any(d.pool == P and d.desired == 3 and
+    def ttft_recent() -> float | None:
+        pool = run.pdscale.reconciler.pool_observation(P)
+        return None if pool is None else pool.signals.get(Signal.TTFT_P95_RECENT_S)
+
+    # As after a recovery: requests Prometheus has seen within the SLO over the last minute.
+    thread, _ = _load(run, _trace(4, 3.0, 32, 8), 3.5)
+    thread.join(timeout=30)
+    eventually(lambda: ttft_recent() is not None, 30, "the last minute's TTFT read",
+               lambda: _summary(run))
+    _post(run, burn, "stack-secret")
+    eventually(lambda: outcomes(burn["labels"]["alertname"]), 10, "the burn alert processed")
+    record = next(r for r in receiver.records if r.alertname == burn["labels"]["alertname"])
+    assert record.outcome == "no_shortage", record.message
+    assert "TTFT p95 over the last minute" in record.message and "within the SLO" in record.message
+    assert run.pdscale.reconciler.overrides.active(time.time())["floors"] == []
+    thread, out = _load(run, _trace(12, 20.0, 6000, 4), 20.0)
+
+    def short_now() -> bool:
+        ttft = ttft_recent()
+        return ttft is not None and ttft > 0.47
+
+    eventually(short_now, 40, "the last minute's TTFT p95 over the SLO under the overload",
+               lambda: _summary(run))
+    _post(run, burn, "stack-secret")  # the same alert again (Alertmanager's repeat)
+
+    def acted(name: str) -> bool:
+        return "applied" in outcomes(name)
+
+    eventually(lambda: acted(burn["labels"]["alertname"]), 10,
+               "the same burn alert applied during the overload",
+               lambda: [(r.alertname, r.outcome, r.message) for r in list(receiver.records)])
+    eventually(lambda: acted("LLMQueueBacklogHigh"), 60,
+               "the critical backlog alert applied by the webhook",
+               lambda: [(r.alertname, r.severity, r.outcome) for r in list(receiver.records)])
+    eventually(lambda: any(d.pool == P and d.desired >= 3 and
                       any("reaction" in r for r in d.reasons) for d in _decisions(run)),
           20, "the reaction's floor in a decision", lambda: _summary(run))
-    eventually(lambda: run.stack.actuator.read_status(P).desired == 3, 10, "three prefill workers")
+    eventually(lambda: run.stack.actuator.read_status(P).desired >= 3, 10,
+               "three prefill workers")
     thread.join(timeout=90)
     assert out[0].summary["errors"] == 0
+    assert run.stack.actuator.read_status(D).desired == 1  # no reaction on decode
 
 
-def test_a_killed_worker_is_replaced_and_no_tick_is_lost(running: Any, tmp_path: Path) -> None:
+def test_a_killed_worker_is_replaced_and_no_tick_is_lost(
+        running: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import signal as sig
 
     run = running(_spec(tmp_path), replicas={Role.PREFILL: 1, Role.DECODE: 2})
     _warm(run)
+    caplog.set_level(logging.INFO, logger="pdscale")
     act = run.stack.actuator
     victim = act.workers(D)[0]
     ticks = run.pdscale.reconciler.ticks
@@ -288,6 +375,14 @@ def test_a_killed_worker_is_replaced_and_no_tick_is_lost(running: Any, tmp_path:
           "the dead worker reported")
     eventually(lambda: act.read_status(D).ready == 2 and victim.name not in
           {w.name for w in act.workers(D)}, 30, "a replacement decode worker ready")
+    # Where a person looks: a WARNING in the controller's log, the status names the worker
+    # and its replacement's progress.
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+              and r.name == "pdscale.controller"]
+    assert any(victim.name in m and "killed by SIGKILL" in m for m in warned), warned
+    exited = run.pdscale.status()["workers"]["chat/decode"]["exited"]
+    assert exited[-1]["name"] == victim.name and exited[-1]["replaced_by"] is not None
+    assert exited[-1]["replacement"] == "ready"
     thread.join(timeout=60)
     elapsed_ticks = run.pdscale.reconciler.ticks - ticks
     assert elapsed_ticks >= 3  # the controller kept ticking through it
@@ -315,3 +410,7 @@ def test_the_controller_scales_down_under_load_and_fails_no_request(
     assert summary["errors"] == 0, summary["error_kinds"]
     assert summary["finished"] == summary["requests"] > 50
     assert run.stack.actuator.read_status(D).desired < 3
+    # The workers the scale-down stopped were planned departures, never a degradation.
+    after = [d for d in _decisions(run)[start:] if d.pool == D]
+    assert not any(d.cause == "degraded" or "scrape targets down" in " ".join(d.reasons)
+                   for d in after), _summary(run)

@@ -8,6 +8,7 @@ outside CI, failed without it in CI."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -302,7 +303,19 @@ def test_prometheus_sees_the_stack_with_podmonitor_labels(make_stack: Any, servi
         assert all(re.fullmatch(service.pools[D].pod_regex, n) for n in names)
 
 
-def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Path) -> None:
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_pdscale_up_dynamo_reports_owns_and_leaves_no_process(
+        python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The stack as a user drives it: up, idle before the first request, a refused second up
+    that writes nothing, --status, load, a worker killed (in the log and the status), the
+    controller restarted, another started by hand, and down, which stops them all."""
+    from pdscale._upstack import marked_processes
+    from pdscale.cli import main
+
     need_tool("prometheus")
     folder = tmp_path / "up"
 
@@ -312,6 +325,7 @@ def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Pat
                               env={**os.environ, "PDSCALE_DYNAMO_PYTHON": str(python)})
 
     up = pdscale("up", "--engine", "dynamo", "--dir", str(folder))
+    by_hand: subprocess.Popen[bytes] | None = None
     pids: list[int] = []
     try:
         assert up.returncode == 0, up.stderr
@@ -324,23 +338,81 @@ def test_pdscale_up_dynamo_and_down_leave_no_process(python: Path, tmp_path: Pat
         assert names == ["prometheus", "alertmanager", "controller"]
         assert len(pids) == 6 and all(alive(p) for p in pids)
         assert f"http://127.0.0.1:{stack['frontend']['port']}" in up.stdout
-        chunks, _ = _chat(f"http://127.0.0.1:{stack['frontend']['port']}",
-                          stack["model"], "bab bad", 3)
-        assert len(chunks) == 3
-        # The controller adopted the workers and decides for both pools.
+        for log in ("controller.log", "prometheus.log", "dynamo/logs/frontend.log"):
+            assert str(folder / log) in up.stdout  # where every log is
+        assert "profile dynamo-mocker-1.6.1, cold_start 2s" in up.stdout
         controller = next(p["url"] for p in state["processes"] if p["name"] == "controller")
 
-        def decided() -> bool:
-            with urllib.request.urlopen(f"{controller}/v1/status", timeout=5) as resp:
-                status = json.loads(resp.read())
-            return status["ticks"] >= 1 and len(status["pools"]) == 2
+        # Before the first request: idle, held, not degraded.
+        def idle() -> bool:
+            pools = _get_json(f"{controller}/v1/status")["pools"]
+            return len(pools) == 2 and all(p["detail"].get("data_state") == "idle"
+                                           for p in pools.values())
 
-        _until(decided, 60, "the controller's first decisions")
+        _until(idle, 60, "both pools idle before the first request",
+               lambda: _get_json(f"{controller}/v1/status")["pools"])
+        assert all(p["cause"] == "steady" for p in
+                   _get_json(f"{controller}/v1/status")["pools"].values())
+        # A second up refuses and writes nothing (in this process: it starts nothing).
+        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        capsys.readouterr()
+        assert main(["up", "--engine", "dynamo", "--dir", str(folder)]) == 2
+        assert "pdscale down" in capsys.readouterr().err
+        assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+        assert main(["up", "--status", "--dir", str(folder)]) == 0
+        listed = capsys.readouterr().out
+        for pid in pids:
+            assert f" {pid} " in listed
+        # Load, with progress and a summary.
+        load = pdscale("load", "--dir", str(folder), "--duration", "3", "--progress-every",
+                       "1")
+        assert load.returncode == 0, load.stderr
+        assert " sent " in load.stdout and " finished, 0 failed" in load.stdout
+        # A decode worker killed: a WARNING in controller.log, named in /v1/status.
+        victim = workers["pools"]["llama-dynamo/decode"]["workers"][0]
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def reported() -> bool:
+            log = (folder / "controller.log").read_text()
+            exited = _get_json(f"{controller}/v1/status")["workers"]["llama-dynamo/decode"]
+            return f"WARNING pdscale.controller: WorkerExited on llama-dynamo/decode: " \
+                   f"{victim['name']}" in log and any(
+                       x["name"] == victim["name"] and x["replacement"] == "ready"
+                       for x in exited["exited"])
+
+        _until(reported, 30, "the dead worker in the log and its ready replacement in the status",
+               lambda: (folder / "controller.log").read_text()[-1500:])
+        # The controller restarted through up; then another started by hand on its files.
+        restarted = pdscale("up", "--restart", "controller", "--dir", str(folder))
+        assert restarted.returncode == 0, restarted.stderr
+        record = next(p for p in json.loads((folder / "up.json").read_text())["processes"]
+                      if p["name"] == "controller")
+        assert alive(record["pid"]) and record["pid"] not in pids
+        argv = record["argv"]
+        at = argv.index("--listen")
+        by_hand = subprocess.Popen(  # its own port, and none of up's marker
+            [*argv[:at], "--listen", f"127.0.0.1:{free_port()}", *argv[at + 2:]],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "PDSCALE_UP_DIR"})
+        _until(lambda: by_hand is not None and by_hand.pid in
+               {m.pid for m in marked_processes(folder)}, 30,
+               "the hand-started controller found as the stack's")
+        pids += [record["pid"], by_hand.pid]
     finally:
         down = pdscale("down", "--dir", str(folder))
-    assert down.returncode == 0, down.stderr
-    assert "stopped" in down.stdout
+        if by_hand is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                by_hand.wait(timeout=20)
+            if by_hand.poll() is None:
+                by_hand.kill()
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert by_hand is not None and by_hand.returncode is not None
+    assert f"stopped (pid {by_hand.pid}, not recorded in up.json" in down.stdout
     _until(lambda: not any(alive(p) for p in pids), 15, "every process to be gone")
+    workers_now = json.loads((folder / "dynamo" / "workers.json").read_text())
+    assert not any(alive(w["pid"]) for pool in workers_now["pools"].values()
+                   for w in pool["workers"])
+    assert not (folder / "up.json").exists()
 
 
 def test_a_drained_scale_down_under_load_fails_nothing_and_stops_the_least_loaded(

@@ -4,14 +4,15 @@ generated configuration pointing at the controller, and the controller (its HTTP
 uvicorn; Kubernetes behind the API stand-in, whose scale writes are forwarded to the
 simulator).
 
-The controller's Prometheus reader points at a closed port, so its policy holds (degraded)
-and only alert reactions can move the pools: what scales the prefill pool here is the alert.
+The controller reads the same Prometheus, where a ``scale_up`` reaction checks that the
+shortage it answers shows now; its policy holds every pool, so only alert reactions move
+them: what scales the prefill pool here is the alert.
 
 Timing changes from the generated configuration, all made here: alert ``for`` durations of 0s
 (spec thresholds), Alertmanager's group interval 2s instead of 30s, and a 1 s scrape and rule
 interval. The TTFT alert is on a 5-minute p95, so it stays firing for minutes after the pool
 recovers; resolution is exercised with a second alert sent to Alertmanager's API (firing, then
-resolved), the way Prometheus sends them.
+resolved), the way Prometheus sends them, for a hold (which checks no shortage).
 """
 
 from __future__ import annotations
@@ -80,7 +81,22 @@ reactions:
       action: scale_up
       to: 10
       hold: 10m
+    - match: {severity: critical, alertname: LLMPoolTargetDown}
+      action: hold_scale_down
+      hold: 10m
 """
+
+
+class _Hold:
+    """Keeps every pool where it is: only alert reactions change the replicas."""
+
+    name = "hold"
+
+    def decide(self, observation: Any) -> dict[Any, Any]:
+        from pdscale.controller import PoolDecision
+
+        return {key: PoolDecision(pool.replicas.desired, ("held by the test",))
+                for key, pool in observation.pools.items()}
 
 
 def _trace() -> Trace:
@@ -157,8 +173,9 @@ def loop(tmp_path: Path) -> Iterator[dict[str, Any]]:
             kconf = k8s.Configuration(host=kube_url)
             kconf.retries = False
             with k8s.ApiClient(kconf) as api:
-                controller = Controller(spec, api, reader_from_spec(spec), clock=SystemClock(),
-                                        identity="e2e", leader_election=False)
+                controller = Controller(spec, api, reader_from_spec(spec, url=prom_url),
+                                        clock=SystemClock(), identity="e2e",
+                                        leader_election=False, policy=_Hold())
                 server = uvicorn.Server(uvicorn.Config(create_app(controller),
                                                        host="127.0.0.1", port=port,
                                                        log_level="warning"))
@@ -205,22 +222,27 @@ def test_surge_alert_scales_prefill_then_resolves(loop: dict[str, Any]) -> None:
                            for e in list(loop["state"].events)), 10,
                "the reaction recorded as a Kubernetes Event",
                lambda: f"events {[e['reason'] for e in list(loop['state'].events)]}")
-    # Resolution. The TTFT alert is a 5-minute p95 and stays firing for minutes after the pool
-    # recovers, and live mode serves every pod from one scrape target (so the per-pod `up`
-    # behind the queue-backlog alert is missing). So a second alert goes in through
-    # Alertmanager's API, as Prometheus sends them: firing, then resolved (endsAt passed).
-    labels = {"alertname": "LLMQueueBacklogHigh", "severity": "critical", "namespace": "llm",
+    # It acted on a shortage read from Prometheus, and its floor stands only while that shows
+    # (tests/controller/test_present.py ends one when it clears).
+    assert "over the last minute" in first.message or "waiting on" in first.message
+    floors = controller.reconciler.overrides.active(time.time())["floors"] + \
+        controller.reconciler.overrides.active(time.time())["ended"]
+    assert any(f["cause"] == first.fingerprint for f in floors)
+    # Resolution. Live mode serves every pod from one scrape target, so a second alert goes in
+    # through Alertmanager's API, as Prometheus sends them: firing, then resolved (endsAt
+    # passed). A hold, which checks no shortage, stands until it resolves.
+    labels = {"alertname": "LLMPoolTargetDown", "severity": "critical", "namespace": "llm",
               "pdscale_service": "chat", "pdscale_pool": "decode"}
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 30))
     am = f"{loop['am']}/api/v2/alerts"
     firing = [{"labels": labels, "annotations": {}, "startsAt": started}]
     assert _post(am, json.dumps(firing).encode(), {"Content-Type": "application/json"}) == 200
     acted = eventually(lambda: [r for r in list(receiver.records)
-                                 if r.alertname == "LLMQueueBacklogHigh"
-                                 and r.outcome == "applied"], 30, "the queue alert acted on")
+                                 if r.alertname == "LLMPoolTargetDown"
+                                 and r.outcome == "applied"], 30, "the hold alert acted on")
     fingerprint = acted[0].fingerprint
-    eventually(lambda: live.status()["pools"]["decode"]["desired"] >= 10, 30,
-                "decode scaled by the second reaction")
+    assert any(o["cause"] == fingerprint for o in
+               controller.reconciler.overrides.active(time.time())["holds"])
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
     resolved = [{"labels": labels, "annotations": {}, "startsAt": started, "endsAt": ended}]
     assert _post(am, json.dumps(resolved).encode(), {"Content-Type": "application/json"}) == 200
@@ -230,8 +252,6 @@ def test_surge_alert_scales_prefill_then_resolves(loop: dict[str, Any]) -> None:
                 lambda: [(r.alertname, r.status, r.outcome) for r in list(receiver.records)])
     active = controller.reconciler.overrides.active(time.time())
     assert all(o["cause"] != fingerprint for o in active["floors"] + active["holds"])
-    # The TTFT alert still fires: its floor and hold stay.
-    assert any(o["cause"] == first.fingerprint for o in active["holds"])
     status = controller.status()
     assert status["webhook"]["received"] >= 2
     metrics = controller.telemetry.render().decode()
@@ -275,7 +295,10 @@ def test_duplicates_malformed_and_a_flood(loop: dict[str, Any]) -> None:
     records = [r for r in list(receiver.records) if r.time_s >= now - 1]
     acted = {r.fingerprint for r in records if r.outcome == "applied"}
     assert len(acted) <= controller.spec.reactions.max_actions
-    limited = {r.fingerprint for r in records if r.outcome == "rate_limited"} - acted
+    # Weighed and not acted on: over the rate limit; no shortage now (decode, which the surge
+    # does not make short); or nothing to add (prefill already at the floor asked).
+    limited = {r.fingerprint for r in records
+               if r.outcome in ("rate_limited", "no_shortage", "refused")} - acted
     assert len(limited) >= 1000 - len(acted)
     # The same alert twice in one delivery counts once. Redelivered while the rate limit
     # holds, it is weighed again each time (so Alertmanager's repeat acts once the limit
@@ -292,4 +315,4 @@ def test_duplicates_malformed_and_a_flood(loop: dict[str, Any]) -> None:
     assert receiver.wait_idle(5)
     assert receiver.duplicates == duplicates + 2
     dups = [r.outcome for r in list(receiver.records) if r.fingerprint == "dup-1"]
-    assert len(dups) == 2 and set(dups) <= {"rate_limited", "cooldown"}
+    assert len(dups) == 2 and set(dups) <= {"rate_limited", "cooldown", "no_shortage", "refused"}

@@ -248,8 +248,31 @@ def test_simulate_idle_before_starts_on_measured_idle_pools(tmp_path: Path) -> N
         out = tmp_path / ("idle" if flag else "cut")
         assert main(["simulate", "--spec", str(ROOT / "examples" / "vllm.yaml"),
                      "--policy", "reactive", "--mode", "event", "--duration", "120", "--scale", "3",
-                     "--no-plots", *flag, "--out", str(out)]) == 0
+                     "--initial-replicas", "3,3", "--no-plots", *flag, "--out", str(out)]) == 0
         decisions = json.loads((out / "decisions.json").read_text())
         firsts[bool(flag)] = [d for d in decisions if float(d["t"]) == 0.0]
     assert firsts[False] == []
     assert firsts[True] and all(d["to"] < d["from"] for d in firsts[True])
+
+
+def test_simulate_starts_cold_unless_told_and_refuses_a_bad_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Adaptive policies start at the pools' minimum replicas, never at the future's need;
+    --initial-replicas sets the start; a malformed pair is refused before anything runs."""
+    import json
+
+    starts = {}
+    for flag in ([], ["--initial-replicas", "4,2"]):
+        out = tmp_path / ("given" if flag else "cold")
+        assert main(["simulate", "--spec", str(ROOT / "examples" / "vllm.yaml"),
+                     "--policy", "oracle", "--mode", "event", "--duration", "120",
+                     "--no-plots", *flag, "--out", str(out)]) == 0
+        starts[bool(flag)] = json.loads((out / "summary.json").read_text())["initial_replicas"]
+    assert starts[False] == {"prefill": 2, "decode": 2}  # the spec's min_replicas
+    assert starts[True] == {"prefill": 4, "decode": 2}
+    with pytest.raises(SystemExit) as stop:
+        main(["simulate", "--spec", str(ROOT / "examples" / "vllm.yaml"),
+              "--initial-replicas", "4", "--out", str(tmp_path / "bad")])
+    assert stop.value.code == 2
+    assert "expected PREFILL,DECODE" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -5,6 +5,7 @@ tests/e2e/test_dynamo_stack.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
@@ -105,6 +106,55 @@ def test_replay_client_parses_the_stream_and_records_errors() -> None:
     assert s["prompt_token_mismatches"] == 0 and s["output_tokens"] == 6
     assert s["slo_attainment"] == pytest.approx(2 / 3)
     assert s["pools"]["decode"]["peak_replicas"] == 2 and s["mode"] == "replay"
+
+
+def _echo(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    delta = [{"choices": [{"delta": {"content": "x"}}]}] * int(body["max_tokens"])
+    return httpx.Response(200, content=_sse(*delta),
+                          headers={"content-type": "text/event-stream"})
+
+
+def test_nothing_is_thinned_or_clipped_unless_asked_and_what_was_is_said() -> None:
+    """The trace goes as it is; a rate cap, a request cap and prompt or output limits apply
+    only when given, and the summary's notes say what each did."""
+    n = 40
+    trace = Trace("t", np.linspace(0, 1.9, n), np.array([4, 70_000] * (n // 2)),
+                  np.array([3, 900] * (n // 2)))
+
+    def run(options: ReplayOptions) -> dict[str, object]:
+        return asyncio.run(replay_async(
+            trace, "http://127.0.0.1:9", "m", tiny_vocabulary(50), slo_ttft_s=1.0,
+            slo_itl_s=1.0, options=options, transport=httpx.MockTransport(_echo))).summary
+
+    plain = run(ReplayOptions(duration_s=2.0, max_rps=None, max_prompt_tokens=65_536))
+    assert plain["requests"] == n and plain["notes"] == ["20 prompt(s) clipped to 65536 tokens"]
+    assert plain["output_tokens"] == 20 * 3 + 20 * 900
+    asked = run(ReplayOptions(duration_s=2.0, max_rps=10.0, max_output_tokens=100,
+                              max_requests=15))
+    assert asked["requests"] == 15
+    assert asked["notes"][0] == "thinned from 20.00 to 10 requests/s on average"
+    assert "cut to the first 15 requests" in asked["notes"]
+    assert any(n.endswith("output(s) clipped to 100 tokens") for n in asked["notes"])  # type: ignore[union-attr]
+
+
+def test_progress_is_reported_while_the_replay_runs() -> None:
+    seen: list[tuple[float, int]] = []
+    clock = {"t": 0.0}
+
+    async def sleep(seconds: float) -> None:
+        clock["t"] += seconds
+        await asyncio.sleep(0)
+
+    trace = Trace("t", np.arange(6, dtype=float) * 10, np.full(6, 4), np.full(6, 2))
+    asyncio.run(replay_async(
+        trace, "http://127.0.0.1:9", "m", tiny_vocabulary(50), slo_ttft_s=1.0,
+        slo_itl_s=1.0, options=ReplayOptions(duration_s=60.0), now=lambda: clock["t"],
+        sleep=sleep, transport=httpx.MockTransport(_echo),
+        progress=lambda t, recs: seen.append((t, sum(r.sent_s is not None for r in recs))),
+        progress_s=10.0))
+    assert seen and all(b[0] > a[0] for a, b in itertools.pairwise(seen))
+    assert seen[-1][1] >= seen[0][1]
 
 
 def test_replay_refuses_non_loopback_and_bad_options() -> None:

@@ -51,7 +51,7 @@ def test_pools_measured_idle_before_the_trace_read_zero_load_at_first() -> None:
     whose reactive run scaled prefill 3 -> 1 on a utilisation of 0.00 before the window):
     the first sample is the idle pools' zeros, and the HPA baseline acts on them at once."""
     options = SimOptions(policy="reactive", mode="event", duration_s=300.0, scale=3.0,
-                         idle_before=True)
+                         idle_before=True, initial_replicas=(3, 3))
     result, _ = simulate(_spec(), options)
     first = [d for d in result.decisions if float(d["t"]) < 30]
     assert first and all(int(d["to"]) < int(d["from"]) for d in first)

@@ -1,8 +1,8 @@
 """The fluid mode against the event mode on the same inputs.
 
-Tolerances reached (also stated in the README): with the same replica schedule (static, or the
-oracle's open-loop plan), SLO attainment within 2 points, TTFT p95 within 25 %, ITL p95 within
-15 %, GPU-hours within 3 %. Closed-loop policies (reactive, dynamo) amplify small differences
+Tolerances reached (also stated in docs/simulator.md): with the same replica schedule (static,
+or the oracle's open-loop plan), SLO attainment within 2 points, TTFT p95 within 25 %, ITL p95
+within 15 %, GPU-hours within 3 %. Closed-loop policies (reactive, dynamo) amplify small differences
 through their own feedback and are not held to these tolerances.
 """
 

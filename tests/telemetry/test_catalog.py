@@ -119,6 +119,7 @@ def test_the_rate_window_is_the_recorded_series_window() -> None:
     assert RATE_WINDOW_S == 300.0 and RATE_WINDOW == "5m"
     assert RECENT_WINDOW_S == 60.0 and RECENT_WINDOW == "1m"
     recent = {Signal.TTFT_P95_RECENT_S: f"rate{RECENT_WINDOW}",
+              Signal.ITL_P95_RECENT_S: f"rate{RECENT_WINDOW}",
               Signal.PROMPT_TOKENS_PEAK_PER_S: f"rate{RECENT_WINDOW}_max{RATE_WINDOW}"}
     windowed = [s for s in Signal if signal_def(s).scope == "pool" and "rate" in
                 signal_def(s).series and s not in recent]
@@ -135,6 +136,9 @@ def test_the_rate_window_is_the_recorded_series_window() -> None:
     p95 = pool_expr(Signal.TTFT_P95_S, svc, Role.PREFILL)
     assert pool_expr(Signal.TTFT_P95_RECENT_S, svc, Role.PREFILL) == \
         p95.replace(f"[{RATE_WINDOW}]", f"[{RECENT_WINDOW}]")
+    itl = pool_expr(Signal.ITL_P95_S, svc, Role.DECODE)
+    assert pool_expr(Signal.ITL_P95_RECENT_S, svc, Role.DECODE) == \
+        itl.replace(f"[{RATE_WINDOW}]", f"[{RECENT_WINDOW}]")
     rate = pool_expr(Signal.PROMPT_TOKENS_PER_S, svc, Role.PREFILL)
     assert pool_expr(Signal.PROMPT_TOKENS_PEAK_PER_S, svc, Role.PREFILL) == \
         f"max_over_time(({rate.replace(f'[{RATE_WINDOW}]', f'[{RECENT_WINDOW}]')})[{RATE_WINDOW}:])"

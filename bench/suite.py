@@ -1,0 +1,621 @@
+"""The scenario suite: every scaling policy on every scenario, from the same realistic starts.
+
+    .venv/bin/python bench/suite.py [--tier quick|full] [--seeds 0,1,2]
+                                    [--cold-starts 30,60,180] [--scenarios NAME,...]
+                                    [--jobs 2] [--traces DIR] [--out NAME]
+
+Scenarios: the generated families (``pdscale.simulator._scenarios``, seeded), the hour-long
+shared traces (Azure 2023 code, Mooncake conversation, Mooncake's synthetic long-context
+trace) in event mode, and, in the full tier, the day-long and multi-day ServeGen traces
+(mm-image, m-large, m-small) in fluid mode. Each runs at every cold start and seed, from two
+starts that are the same for every policy:
+
+* ``fixed``: the best fixed allocation in hindsight (below) is ready at t=0, as an
+  autoscaler dropped onto what an operator runs today;
+* ``cold``: the pools' minimum replicas (a quiet night, a new service).
+
+Policies and how each is set up:
+
+* ``best-fixed``: the fewest prefill + decode replicas that, held fixed, reach the target on
+  every seed, found by search knowing the trace (:func:`best_fixed`); the target is 99 %, or
+  the attainment a generous allocation reaches less 0.3 points where that is lower (requests
+  no allocation serves within the SLO are nobody's to win);
+* ``reactive``: Kubernetes HPA semantics (utilisation target, 10 % tolerance, 5-minute
+  scale-down stabilisation) swept over its target (:data:`REACTIVE_TARGETS`); its frontier
+  gives reactive's attainment at pdscale's GPU-hours (interpolated; outside the frontier's
+  range the comparison is undecided, and the table says so);
+* ``dynamo``: Dynamo's SLA planner as documented (profile interpolation, observed/expected
+  latency corrections, a 180 s adjustment interval, a constant load predictor);
+* ``oracle``: knows the future arrivals and starts replicas one cold start ahead; a
+  reference, not a floor (from ``cold`` it cannot have replicas ready at t=0 either);
+* ``pdscale``: the controller's policy as ``pdscale run`` builds it from the spec.
+
+Writes ``bench/results/<out>.json`` (every run), ``<out>.md`` (the summary) and
+``bench/results/<out>/<scenario>.png`` (replicas against the load, seed 0, 60 s, cold start).
+A change to the policy is kept when it improves the aggregate beyond the seed spread, with
+every scenario that got worse listed (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the parallelism
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SPEC = ROOT / "bench" / "suite.yaml"
+RESULTS = ROOT / "bench" / "results"
+TRACES_ENV = "PDSCALE_TRACES"
+DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
+
+ATTAINMENT_TARGET = 0.99
+CEILING_MARGIN = 0.003
+ORACLE_FACTOR = 1.10
+REACTIVE_TARGETS = (0.4, 0.6, 0.8)
+"""HPA utilisation targets swept (0.6 is the policy's default)."""
+GENEROUS = 1.5
+"""The ceiling allocation: the oracle plan's peak times this, plus one replica."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    trace: str
+    """A file under the traces folder, or ``scenario:<family>``."""
+    service: str
+    mode: str
+    scale: float = 1.0
+    tier: str = "quick"
+    family: str = "trace"
+
+
+GENERATED = ("daily-rise", "flash-crowd", "steps", "slow-ramp", "length-shift",
+             "decode-heavy", "cold-morning")
+SCENARIOS: tuple[Scenario, ...] = (
+    *(Scenario(name, f"scenario:{name}", "generated", "event", family="generated")
+      for name in GENERATED),
+    Scenario("azure-code", "azure_llm_2023_code.csv", "azure-code", "event", scale=12.0),
+    Scenario("mooncake-conversation", "mooncake_fast25_conversation_trace.jsonl.gz",
+             "mooncake-conversation", "event", scale=8.0),
+    Scenario("mooncake-long", "mooncake_fast25_synthetic_trace.jsonl.gz", "mooncake-long",
+             "event", scale=4.0),
+    Scenario("servegen-mm-image", "servegen_mm-image_client_rates.csv.gz",
+             "servegen-mm-image", "fluid", scale=20.0, tier="full"),
+    Scenario("servegen-m-large", "servegen_m-large_client_rates.csv.gz", "servegen-m-large",
+             "fluid", tier="full"),
+    Scenario("servegen-m-small", "servegen_m-small_client_rates.csv.gz", "servegen-m-small",
+             "fluid", tier="full"),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+# -- the best fixed allocation --------------------------------------------------------------
+
+def best_fixed(feasible: Callable[[int, int], bool], p_max: int, d_max: int
+               ) -> tuple[int, int] | None:
+    """The allocation (prefill, decode) with the fewest replicas in all for which
+    ``feasible`` holds, assuming more replicas of either pool never make it fail (ties: fewer
+    prefill). None when even (p_max, d_max) fails.
+
+    Under that monotonicity the feasible set's lower edge is a staircase: the fewest decode
+    replicas d(p) falls as prefill grows. The search finds the fewest prefill p0 with all
+    decode replicas, then walks p up from p0 while p - p0 can still beat the best total,
+    binary-searching d(p) below the last one: O((p range + log d) evaluations), exact."""
+    if not feasible(p_max, d_max):
+        return None
+
+    def lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+        while lo < hi:  # the least x in [lo, hi] with ok(x); ok(hi) holds
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    p0 = lowest(1, p_max, lambda p: feasible(p, d_max))
+    d_floor = lowest(1, d_max, lambda d: feasible(p_max, d))
+    best = (p0, lowest(1, d_max, lambda d: feasible(p0, d)))
+    d_prev = best[1]
+    p = p0 + 1
+    while p <= p_max and p + d_floor < sum(best) and d_prev > d_floor:
+        d = lowest(d_floor, d_prev, lambda d, p=p: feasible(p, d))
+        if p + d < sum(best):
+            best = (p, d)
+        d_prev = d
+        p += 1
+    return best
+
+
+# -- one simulation ---------------------------------------------------------------------------
+
+def _run(job: dict[str, Any]) -> dict[str, Any]:
+    """One simulation in a worker process; returns its row (and the replica series where
+    asked)."""
+    sys.path.insert(0, str(ROOT))
+    from pdscale.controller import load_profile
+    from pdscale.simulator import ReactivePolicy, SimOptions, simulate
+    from pdscale.simulator._compare import REPLICAS_COLUMNS
+    from pdscale.spec import Role, load_spec
+
+    sc = BY_NAME[job["scenario"]]
+    trace = sc.trace if sc.trace.startswith("scenario:") else str(Path(job["traces"]) /
+                                                                   sc.trace)
+    policy_name = "reactive" if job["policy"].startswith("reactive") else job["policy"]
+    if job["policy"] == "best-fixed":
+        policy_name = "static"
+    spec = load_spec(SPEC)
+    if job["policy"] == "pdscale-queueing":
+        # The same controller with the queueing model's sizing (controller.sizing.model).
+        policy_name = "pdscale"
+        controller = spec.controller.model_copy(update={
+            "sizing": spec.controller.sizing.model_copy(update={"model": "queueing"})})
+        spec = spec.model_copy(update={"controller": controller})
+    options = SimOptions(trace=trace, mode=sc.mode, scale=sc.scale,  # type: ignore[arg-type]
+                         cold_start_s=job["cold_start_s"], seed=job["seed"],
+                         policy=policy_name, service=sc.service,
+                         initial_replicas=job.get("initial"))
+    started = time.perf_counter()
+    override = None
+    if job["policy"].startswith("reactive@"):
+        # As the simulator builds the default reactive policy, at another target (from the
+        # spec, without preparing the run twice).
+        decode = spec.service(sc.service).pools[Role.DECODE]
+        override = ReactivePolicy(target=float(job["policy"].split("@")[1]),
+                                  tick_s=float(spec.controller.tick),
+                                  decode_max_batch=load_profile(decode.profile).max_batch)
+    result, meta = simulate(spec, options, policy=override)
+    s = result.summary
+    row = {k: job[k] for k in ("scenario", "policy", "start", "cold_start_s", "seed")}
+    row.update({"slo_attainment": s["slo_attainment"], "gpu_hours": s["gpu_hours"],
+                "scale_actions": s["scale_actions"], "requests": s["requests"],
+                "initial": meta["initial_replicas"],
+                "peak_prefill": s["pools"]["prefill"]["peak_replicas"],
+                "peak_decode": s["pools"]["decode"]["peak_replicas"],
+                "first_burst_steps": first_burst_steps(result.decisions, job["cold_start_s"]),
+                "wall_s": round(time.perf_counter() - started, 2)})
+    row["peak_need"] = [meta["peak_need"]["prefill"], meta["peak_need"]["decode"]]
+    if job.get("series"):
+        row["series"] = {k: [r[k] for r in result.timeseries] for k in REPLICAS_COLUMNS}
+    return row
+
+
+def first_burst_steps(decisions: list[dict[str, Any]], cold_start_s: float) -> int:
+    """Scale-up decisions of prefill from its first one until two cold starts after it: 1
+    means the first burst was asked for in one decision, more that it was met one cold start
+    at a time."""
+    ups = [d["t"] for d in decisions if d["pool"] == "prefill" and d["to"] > d["from"]]
+    if not ups:
+        return 0
+    return sum(1 for t in ups if t <= ups[0] + 2 * cold_start_s)
+
+
+# -- the suite --------------------------------------------------------------------------------
+
+def _key(job: dict[str, Any]) -> str:
+    initial = job.get("initial")
+    return "|".join(str(x) for x in (job["scenario"], job["policy"], job["start"],
+                                      float(job["cold_start_s"]), job["seed"],
+                                      list(initial) if initial else None))
+
+
+class Runner:
+    """Runs simulation jobs on one process pool, prints progress, and keeps every finished
+    run in a journal (one JSON line each) that a rerun with the same name reuses, so an
+    interrupted suite loses nothing."""
+
+    def __init__(self, jobs: int, journal: Path | None = None, *,
+                 rerun: tuple[str, ...] = ()) -> None:
+        self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+        self.done = 0
+        self.reused = 0
+        self.journal = journal
+        self.cache: dict[str, dict[str, Any]] = {}
+        if journal is not None and journal.exists():
+            for line in journal.read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError):  # a line cut by a kill
+                    row = json.loads(line)
+                    if row["row"]["policy"].split("@")[0] not in rerun:
+                        self.cache[row["key"]] = row["row"]
+        self.lock = threading.Lock()
+
+    def map(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        todo = [j for j in jobs if _key(j) not in self.cache]
+        futures = {_key(j): (self.pool.submit(_run, j) if self.pool else None) for j in todo}
+        for job in todo:
+            key = _key(job)
+            future = futures[key]
+            row = future.result() if future is not None else _run(job)
+            with self.lock:
+                self.cache[key] = row
+                self.done += 1
+                if self.journal is not None:
+                    with self.journal.open("a") as f:
+                        f.write(json.dumps({"key": key, "row": row}) + "\n")
+            print(f"  [{self.done}] {row['scenario']} {row['policy']} start={row['start']} "
+                  f"cold={row['cold_start_s']:g}s seed={row['seed']}: "
+                  f"{row['slo_attainment']:.4f} on {row['gpu_hours']:.2f} GPU-h "
+                  f"({row['wall_s']:.1f}s)", file=sys.stderr, flush=True)
+        with self.lock:
+            self.reused += len(jobs) - len(todo)
+        return [self.cache[_key(j)] for j in jobs]
+
+
+def search_best_fixed(sc: Scenario, seeds: list[int], traces: str, runner: Runner
+                      ) -> dict[str, Any]:
+    """The best fixed allocation of ``sc`` over ``seeds`` (cold start irrelevant: it never
+    scales). A candidate is tried on one seed at a time and rejected at its first miss."""
+    tried: dict[tuple[int, int], bool] = {}
+
+    def job(p: int, d: int, seed: int) -> dict[str, Any]:
+        return {"scenario": sc.name, "policy": "best-fixed", "start": "fixed",
+                "cold_start_s": 60.0, "seed": seed, "initial": (p, d), "traces": traces}
+
+    def reaches(p: int, d: int, target: float) -> bool:
+        if (p, d) not in tried:
+            tried[(p, d)] = all(runner.map([job(p, d, s)])[0]["slo_attainment"] >= target
+                                for s in seeds)
+        return tried[(p, d)]
+
+    (peak,) = runner.map([{"scenario": sc.name, "policy": "static", "start": "fixed",
+                           "cold_start_s": 60.0, "seed": seeds[0], "traces": traces}])
+    p_max = math.ceil(peak["peak_need"][0] * GENEROUS) + 1
+    d_max = math.ceil(peak["peak_need"][1] * GENEROUS) + 1
+    ceiling = min(r["slo_attainment"] for r in runner.map([job(p_max, d_max, s)
+                                                             for s in seeds]))
+    target = min(ATTAINMENT_TARGET, ceiling - CEILING_MARGIN)
+    found = best_fixed(lambda p, d: reaches(p, d, target), p_max, d_max)
+    assert found is not None  # (p_max, d_max) reaches the target by construction
+    rows = runner.map([job(*found, s) for s in seeds])
+    return {"prefill": found[0], "decode": found[1], "target": target, "ceiling": ceiling,
+            "evaluated": len(tried), "bounds": [p_max, d_max], "rows": rows}
+
+
+ADAPTIVE = ("pdscale", "pdscale-queueing", "dynamo", "oracle",
+            *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
+"""``pdscale-queueing``: pdscale with ``controller.sizing.model: queueing``, measured beside
+the default until it replaces it."""
+
+
+def run_suite(scenarios: list[Scenario], seeds: list[int], cold_starts: list[float],
+              traces: str, runner: Runner, policies: tuple[str, ...] = ADAPTIVE
+              ) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    print(f"== searching the best fixed allocation of {len(scenarios)} scenarios",
+          file=sys.stderr)
+    # Searches are sequential within a scenario: one per thread, all on the one process pool.
+    with ThreadPoolExecutor(max(1, len(scenarios))) as threads:
+        found = list(threads.map(lambda sc: search_best_fixed(sc, seeds, traces, runner),
+                                 scenarios))
+    fixed = {}
+    for sc, f in zip(scenarios, found, strict=True):
+        rows += f.pop("rows")
+        fixed[sc.name] = f
+    jobs = [{"scenario": sc.name, "policy": policy, "start": start, "cold_start_s": cold,
+             "seed": seed, "traces": traces,
+             "initial": ((fixed[sc.name]["prefill"], fixed[sc.name]["decode"])
+                         if start == "fixed" else None),
+             "series": seed == seeds[0] and cold == 60.0 and start == "cold"}
+            for sc in scenarios for start in ("fixed", "cold") for cold in cold_starts
+            for seed in seeds for policy in policies]
+    print(f"== {len(jobs)} policy runs", file=sys.stderr)
+    rows += runner.map(jobs)
+    # Policies not asked for still enter the summary where the journal holds all their runs.
+    for policy in ADAPTIVE:
+        if policy not in policies:
+            keys = [_key({**j, "policy": policy}) for j in jobs if j["policy"] == policies[0]]
+            if all(k in runner.cache for k in keys):
+                rows += [runner.cache[k] for k in keys]
+    search = [{"scenario": r["scenario"], "seed": r["seed"], "allocation": r["initial"],
+               "slo_attainment": r["slo_attainment"], "gpu_hours": r["gpu_hours"]}
+              for r in runner.cache.values() if r["policy"] == "best-fixed"
+              and r["scenario"] in fixed]
+    return {"rows": rows, "best_fixed": fixed, "search": search}
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def frontier_at(points: list[tuple[float, float]], gpu_hours: float) -> float | None:
+    """Attainment on the frontier of (GPU-hours, attainment) points at ``gpu_hours``: linear
+    between the neighbouring points of the upper-left hull; None outside the range."""
+    pts = sorted(points)
+    if not pts or gpu_hours < pts[0][0] or gpu_hours > pts[-1][0]:
+        return None
+    hull: list[tuple[float, float]] = []
+    for x, y in pts:
+        if hull and y <= hull[-1][1]:
+            continue  # costs more for no more attainment: not on the frontier
+        hull.append((x, y))
+    if gpu_hours <= hull[0][0]:
+        return hull[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(hull):
+        if x0 <= gpu_hours <= x1:
+            return y0 + (y1 - y0) * (gpu_hours - x0) / (x1 - x0)
+    return hull[-1][1]
+
+
+def summarise(result: dict[str, Any], scenarios: list[Scenario], seeds: list[int],
+              cold_starts: list[float]) -> dict[str, Any]:
+    """Per scenario, start and cold start: every policy's mean and seed spread, reactive at
+    pdscale's GPU-hours, and the targets; and the aggregate over all of them."""
+    rows = result["rows"]
+    best = {(r["scenario"], r["seed"]): r for r in rows if r["policy"] == "best-fixed"}
+    runs = {(r["scenario"], r["policy"], r["start"], r["cold_start_s"], r["seed"]): r
+            for r in rows if r["policy"] != "best-fixed"}
+    present = [p for p in ADAPTIVE if any(r["policy"] == p for r in rows)]
+    cells = []
+    for sc in scenarios:
+        for start in ("fixed", "cold"):
+            for cold in cold_starts:
+                def of(policy: str, seed: int, sc: Scenario = sc, start: str = start,
+                       cold: float = cold) -> dict[str, Any]:
+                    if policy == "best-fixed":
+                        return best[(sc.name, seed)]
+                    return runs[(sc.name, policy, start, cold, seed)]
+
+                stats: dict[str, dict[str, float]] = {}
+                for policy in ("best-fixed", *present):
+                    att = _mean_sd([of(policy, s)["slo_attainment"] for s in seeds])
+                    gpu = _mean_sd([of(policy, s)["gpu_hours"] for s in seeds])
+                    stats[policy] = {"attainment": att[0], "attainment_sd": att[1],
+                                     "gpu_hours": gpu[0], "gpu_hours_sd": gpu[1],
+                                     "first_burst_steps": max(of(policy, s)["first_burst_steps"]
+                                                              for s in seeds)}
+                if not {"pdscale", "dynamo", "oracle",
+                        *(f"reactive@{t:g}" for t in REACTIVE_TARGETS)} <= stats.keys():
+                    cells.append({"scenario": sc.name, "start": start, "cold_start_s": cold,
+                                  "policies": stats, "reactive_at_pdscale_gpu_hours": None,
+                                  "targets": {}})
+                    continue  # a partial run (--policies): the targets need every baseline
+                pd = stats["pdscale"]
+                matched = frontier_at([(stats[f"reactive@{t:g}"]["gpu_hours"],
+                                        stats[f"reactive@{t:g}"]["attainment"])
+                                       for t in REACTIVE_TARGETS], pd["gpu_hours"])
+                targets: dict[str, str] = {}
+                if start == "fixed" and sc.mode == "event":
+                    bf = stats["best-fixed"]
+                    targets["no_worse_than_fixed"] = _verdict(
+                        pd["attainment"] >= bf["attainment"] - 1e-9
+                        and pd["gpu_hours"] <= bf["gpu_hours"] + 1e-9)
+                if start == "cold":
+                    targets["first_burst_one_decision"] = _verdict(pd["first_burst_steps"] <= 1)
+                    targets["beats_reactive_and_dynamo"] = _verdict(
+                        pd["attainment"] > stats["reactive@0.6"]["attainment"]
+                        and pd["attainment"] > stats["dynamo"]["attainment"])
+                if sc.mode == "fluid" and sc.tier == "full" and sc.name != "servegen-mm-image":
+                    targets["99_within_1.10x_oracle"] = _verdict(
+                        pd["attainment"] >= ATTAINMENT_TARGET and
+                        pd["gpu_hours"] <= ORACLE_FACTOR * stats["oracle"]["gpu_hours"])
+                targets["beats_reactive_matched"] = ("undecided" if matched is None else
+                                                     _verdict(pd["attainment"] > matched))
+                cells.append({"scenario": sc.name, "start": start, "cold_start_s": cold,
+                              "policies": stats, "reactive_at_pdscale_gpu_hours": matched,
+                              "targets": targets})
+    aggregate = {}
+    for policy in ("best-fixed", *present):
+        per_seed_att, per_seed_cost = [], []
+        for seed in seeds:
+            att, cost = [], []
+            for sc in scenarios:
+                bf_gpu = best[(sc.name, seed)]["gpu_hours"]
+                for start in ("fixed", "cold"):
+                    for cold in cold_starts:
+                        r = (best[(sc.name, seed)] if policy == "best-fixed" else
+                             runs[(sc.name, policy, start, cold, seed)])
+                        att.append(r["slo_attainment"])
+                        cost.append(r["gpu_hours"] / bf_gpu)
+            per_seed_att.append(statistics.fmean(att))
+            per_seed_cost.append(statistics.fmean(cost))
+        a, a_sd = _mean_sd(per_seed_att)
+        c, c_sd = _mean_sd(per_seed_cost)
+        aggregate[policy] = {"attainment": a, "attainment_sd": a_sd,
+                             "gpu_hours_vs_best_fixed": c, "gpu_hours_vs_best_fixed_sd": c_sd}
+    return {"cells": cells, "aggregate": aggregate}
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def _pct(x: float, sd: float) -> str:
+    return f"{100 * x:.2f}±{100 * sd:.2f}"
+
+
+def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any]) -> str:
+    lines = [f"# Scenario suite ({meta['tier']} tier)", "",
+             f"`{meta['command']}`: seeds {meta['seeds']}, cold starts {meta['cold_starts']} s, "
+             f"{meta['runs']} simulations in {meta['wall_min']:.1f} min on {meta['jobs']} "
+             f"processes ({meta['reused']} more reused from an earlier, interrupted run).", "",
+             "## Aggregate", "",
+             "Mean over every scenario, start and cold start; ± is the spread (standard "
+             "deviation) of that mean over the seeds. GPU-hours are relative to the best fixed "
+             "allocation of the same scenario and seed.", "",
+             "| policy | attainment % | GPU-hours / best fixed |", "|---|---:|---:|"]
+    for policy, a in summary["aggregate"].items():
+        lines.append(f"| {policy} | {_pct(a['attainment'], a['attainment_sd'])} | "
+                     f"{a['gpu_hours_vs_best_fixed']:.3f}±{a['gpu_hours_vs_best_fixed_sd']:.3f} |")
+    lines += ["", "## Best fixed allocation in hindsight", "",
+              "| scenario | prefill | decode | target % | ceiling % | evaluated |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, f in fixed.items():
+        lines.append(f"| {name} | {f['prefill']} | {f['decode']} | {100 * f['target']:.2f} | "
+                     f"{100 * f['ceiling']:.2f} | {f['evaluated']} |")
+    for start in ("fixed", "cold"):
+        title = ("from the best fixed allocation" if start == "fixed" else
+                 "cold (min replicas)")
+        swept = ", ".join(f"{t:g}" for t in REACTIVE_TARGETS)
+        lines += ["", f"## Started {title}", "",
+                  "Attainment % / GPU-hours, mean ± seed spread. *reactive @ pdscale*: "
+                  f"reactive's frontier (targets {swept}) at pdscale's GPU-hours.", "",
+                  "| scenario | cold s | best fixed | pdscale | pdscale (queueing) | reactive 0.6 "
+                  "| reactive @ pdscale | dynamo | oracle | targets |",
+                  "|---|---:|---|---|---|---|---:|---|---|---|"]
+        for cell in summary["cells"]:
+            if cell["start"] != start:
+                continue
+            st = cell["policies"]
+
+            def show(p: str, st: dict[str, Any] = st) -> str:
+                if p not in st:
+                    return "–"
+                return (f"{_pct(st[p]['attainment'], st[p]['attainment_sd'])} / "
+                        f"{st[p]['gpu_hours']:.1f}")
+            matched = cell["reactive_at_pdscale_gpu_hours"]
+            targets = ", ".join(f"{k} {v}" for k, v in cell["targets"].items())
+            lines.append(f"| {cell['scenario']} | {cell['cold_start_s']:g} | "
+                         f"{show('best-fixed')} | {show('pdscale')} | "
+                         f"{show('pdscale-queueing')} | {show('reactive@0.6')} | "
+                         f"{'undecided' if matched is None else f'{100 * matched:.2f}'} | "
+                         f"{show('dynamo')} | {show('oracle')} | {targets} |")
+    met = [v for c in summary["cells"] for v in c["targets"].values()]
+    lines += ["", f"Targets: {met.count('met')} met, {met.count('missed')} missed, "
+              f"{met.count('undecided')} undecided.", ""]
+    return "\n".join(lines)
+
+
+def plots(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Replicas against the load per scenario (seed 0, 60 s, cold start), every policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for row in result["rows"]:
+        if "series" in row:
+            by_scenario.setdefault(row["scenario"], []).append(row)
+    for name, rows in by_scenario.items():
+        fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+        first = rows[0]["series"]
+        axes[0].plot([m / 60 for m in first["minute"]], first["arrivals_rps"], color="tab:gray")
+        axes[0].set_ylabel("requests/s")
+        axes[0].set_title(f"{name}: replicas against the load (seed 0, 60 s cold start, "
+                          "started cold)")
+        for row in sorted(rows, key=lambda r: r["policy"]):
+            s = row["series"]
+            hours = [m / 60 for m in s["minute"]]
+            for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
+                ax.plot(hours, [a + b for a, b in zip(s[f"{role}_ready"], s[f"{role}_starting"],
+                                                      strict=True)],
+                        lw=1.6 if row["policy"] == "pdscale" else 0.9, label=row["policy"])
+        for ax, role in zip(axes[1:], ("prefill", "decode"), strict=True):
+            ax.set_ylabel(f"{role} replicas")
+        axes[1].legend(fontsize=7, ncol=3)
+        axes[-1].set_xlabel("hours")
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=["quick", "full"], default="quick",
+                        help="quick: hour-long traces and generated families; full: also the "
+                        "day-long and multi-day ServeGen traces")
+    parser.add_argument("--scenarios", help="comma-separated names (default: the tier's)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--cold-starts",
+                        help="seconds, comma-separated (default: 60 in the quick tier, "
+                        "30,60,180 in the full)")
+    parser.add_argument("--policies", metavar="POLICY,...",
+                        help=f"adaptive policies to run (default: all of {', '.join(ADAPTIVE)}; "
+                        "the best fixed allocation is always searched)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--traces", default=os.environ.get(TRACES_ENV, str(DEFAULT_TRACES)),
+                        help=f"folder of the shared traces (default: ${TRACES_ENV} or "
+                        "../shared/traces; `pdscale trace fetch` downloads them)")
+    parser.add_argument("--out", help="result name under bench/results (default: suite-<tier>)")
+    parser.add_argument("--rerun", metavar="POLICY,...",
+                        help="run these policies again instead of reusing the journal's runs "
+                        "of them (after a change to one: --rerun pdscale)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="ignore the journal of finished runs (<out>.runs.jsonl) and run "
+                        "everything again")
+    args = parser.parse_args(argv)
+    if args.scenarios:
+        unknown = [n for n in args.scenarios.split(",") if n not in BY_NAME]
+        if unknown:
+            parser.error(f"unknown scenario(s) {', '.join(unknown)}; use any of "
+                         f"{', '.join(BY_NAME)}")
+        scenarios = [BY_NAME[n] for n in args.scenarios.split(",")]
+    else:
+        scenarios = [s for s in SCENARIOS if args.tier == "full" or s.tier == "quick"]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    cold_starts = [float(c) for c in (args.cold_starts or
+                                      ("60" if args.tier == "quick" else "30,60,180")).split(",")]
+    policies = tuple(args.policies.split(",")) if args.policies else ADAPTIVE
+    if unknown := [p for p in policies if p not in ADAPTIVE]:
+        parser.error(f"unknown policy(ies) {', '.join(unknown)}; use any of {', '.join(ADAPTIVE)}")
+    needs_traces = [s for s in scenarios if not s.trace.startswith("scenario:")]
+    missing = [s.trace for s in needs_traces if not (Path(args.traces) / s.trace).exists()]
+    if missing:
+        parser.error(f"{args.traces} lacks {', '.join(missing)}: point --traces (or "
+                     f"${TRACES_ENV}) at a folder holding the public traces (their sources "
+                     "are listed in docs/benchmarks.md), or run only the generated scenarios "
+                     f"(--scenarios {','.join(GENERATED)})")
+    started = time.perf_counter()
+    name = args.out or f"suite-{args.tier}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    journal = RESULTS / f"{name}.runs.jsonl"
+    if args.fresh:
+        journal.unlink(missing_ok=True)
+    rerun = tuple(p for p in (args.rerun or "").split(",") if p)
+    runner = Runner(args.jobs, journal, rerun=rerun)
+    if runner.cache:
+        print(f"reusing {len(runner.cache)} finished runs from {journal.name} "
+              "(--fresh to start over)", file=sys.stderr)
+    result = run_suite(scenarios, seeds, cold_starts, args.traces, runner, policies)
+    wall_min = (time.perf_counter() - started) / 60
+    summary = summarise(result, scenarios, seeds, cold_starts)
+    meta = {"tier": args.tier, "seeds": seeds, "cold_starts": cold_starts, "jobs": args.jobs,
+            "runs": runner.done, "reused": runner.reused, "wall_min": wall_min,
+            "machine": platform.machine(),
+            "python": platform.python_version(), "cpus": os.cpu_count(),
+            "command": "bench/suite.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    out_json = RESULTS / f"{name}.json"
+    rows = [{k: v for k, v in r.items() if k != "series"} for r in result["rows"]]
+    _write_atomic(out_json, json.dumps({"bench": "suite", **meta, "best_fixed":
+                                        result["best_fixed"], "summary": summary,
+                                        "search": result["search"], "rows": rows},
+                                       indent=1, sort_keys=True) + "\n")
+    text = markdown(summary, result["best_fixed"], meta)
+    _write_atomic(RESULTS / f"{name}.md", text)
+    written = plots(result, RESULTS / name)
+    print(text)
+    for path in (out_json, RESULTS / f"{name}.md", *written):
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

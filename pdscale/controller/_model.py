@@ -1,0 +1,372 @@
+"""pdscale's queueing-model policy: each pool sized by :mod:`controller._queueing`.
+
+Every tick, for each pool:
+
+1. **observe**: its cold starts (the lead is their p90 plus a tick), its demand (prefill:
+   uncached prompt tokens/s; decode: generated tokens/s) and its latency; missing demand
+   holds the pool and says so;
+2. **load**: the largest of the demand now (the rate window's mean and, for prefill, its
+   busiest minute) and the forecaster's scale-up quantile over the lead;
+3. **size**: the model's replicas for that load at the SLO's percentile, and enough to drain
+   what waits within the SLO (replicas already starting count: the count is a total);
+4. **calibrate**: one correction per pool of the profile's service rate, moved a share of the
+   way (``sizing.calibration_rate``) towards the correction at which the model predicts the
+   latency the pool reported at its own load and replicas, within
+   [``calibration_min``, ``calibration_max``]; the spread of those readings is its
+   uncertainty. A reading taken while work waits is a transient, not a rate, and teaches
+   nothing;
+5. **stabilise and bound**: up at once; down only after the need stayed lower for the
+   stabilisation window, at most ``max_step_down`` a tick; within min and max.
+
+Optional signals fall back, and the decision says so: no dispersion reading means
+``sizing.default_variability``; no length reading means the profile's service time for the
+last lengths read (or 1,000 prompt and 200 output tokens before any); no prefix-hit reading
+means no hits; no queue reading means no backlog.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+
+from pdscale.controller._capacity import usable_length
+from pdscale.controller._forecast import ForecastStage
+from pdscale.controller._interface import (
+    Cause,
+    Observation,
+    PoolDecision,
+    PoolKey,
+    PoolObservation,
+)
+from pdscale.controller._perf import uncached_prefill_demand
+from pdscale.controller._policy import (
+    ColdStartTracker,
+    _peak_demand,
+    degraded_decision,
+    forecast_for,
+)
+from pdscale.controller._profiles import InstanceProfile
+from pdscale.controller._queueing import (
+    DecodeLoad,
+    PrefillLoad,
+    Sized,
+    decode_replicas,
+    predicted_ttft_s,
+    prefill_replicas,
+    ttft_floor_s,
+)
+from pdscale.controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL
+from pdscale.spec import ControllerSettings, Role
+from pdscale.telemetry import Signal
+
+__all__ = ["Correction", "QueueingPolicy"]
+
+PROMPT_TOKENS_UNREAD = 1000.0
+OUTPUT_TOKENS_UNREAD = 200.0
+"""The lengths a pool is planned for before its first length reading (the decision says so)."""
+SLO_QUANTILE = 0.95
+"""The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
+
+
+@dataclass
+class Correction:
+    """One multiplicative correction of a pool's service rate, learned in log space."""
+
+    value: float = 1.0
+    spread: float = 0.0
+    """Root mean square of the readings' log distance from the value (its uncertainty)."""
+    readings: int = 0
+
+    def learn(self, implied: float, *, rate: float, low: float, high: float) -> None:
+        implied = min(high, max(low, implied))
+        step = math.log(implied) - math.log(self.value)
+        self.spread = math.sqrt((1 - rate) * self.spread**2 + rate * step**2)
+        self.value = min(high, max(low, self.value * math.exp(rate * step)))
+        self.readings += 1
+
+
+def _solve(predict: Callable[[float], float], observed: float, low: float,
+           high: float) -> float:
+    """The correction in [low, high] at which ``predict(k)`` (falling as k grows) equals
+    ``observed``, by bisection in log space; the end nearest when the observation lies
+    beyond what any correction in the range predicts."""
+    if predict(low) <= observed:
+        return low  # slower than even the lowest correction predicts
+    if predict(high) >= observed:
+        return high
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if predict(math.exp(mid)) > observed:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp((lo + hi) / 2)
+
+
+@dataclass
+class PoolModelState:
+    profile: InstanceProfile
+    slo_s: float
+    cold_start: ColdStartTracker
+    correction: Correction = field(default_factory=Correction)
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    queue_seen: tuple[float, float] | None = None
+    """(data time, queue) of the last reading: arrivals are what was served plus the queue's
+    growth."""
+    needs: deque[tuple[float, int]] = field(default_factory=deque)
+    """The needs of the stabilisation window: the pool scales down to their highest."""
+
+    def prompt(self) -> float:
+        """The mean prompt length last read, or the stated fallback before any."""
+        return self.prompt_tokens or PROMPT_TOKENS_UNREAD
+
+    def output(self) -> float:
+        """The mean output length last read, or the stated fallback before any."""
+        return self.output_tokens or OUTPUT_TOKENS_UNREAD
+
+
+@dataclass(frozen=True)
+class _Prefill:
+    load: PrefillLoad
+    rate_fallbacks: tuple[str, ...]
+
+
+class QueueingPolicy:
+    """See the module docstring."""
+
+    name = "pdscale"
+
+    def __init__(self, settings: ControllerSettings, profiles: Mapping[PoolKey, InstanceProfile],
+                 slo_s: Mapping[PoolKey, float], cold_start_s: Mapping[PoolKey, float], *,
+                 forecasts: ForecastStage | None) -> None:
+        self.settings = settings
+        self.tick_s = float(settings.tick)
+        self.forecasts = forecasts
+        self.state = {key: PoolModelState(profile, slo_s[key],
+                                          ColdStartTracker(cold_start_s[key]))
+                      for key, profile in profiles.items()}
+
+    def lead_s(self, key: PoolKey) -> float:
+        return self.state[key].cold_start.p90_s + self.tick_s
+
+    def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
+        prompts = {key[0]: v for key, p in observation.pools.items()
+                   if usable_length(v := p.signals.get(Signal.MEAN_PROMPT_TOKENS))}
+        for key, st in self.state.items():
+            if key not in observation.pools:
+                st.cold_start.forget_pending()
+        return {key: self._decide(key, pool, observation.now_s, prompts.get(key[0]))
+                for key, pool in observation.pools.items() if key in self.state}
+
+    # -- one pool ---------------------------------------------------------------------------
+
+    def _decide(self, key: PoolKey, pool: PoolObservation, now: float,
+                service_prompt: float | None) -> PoolDecision:
+        st = self.state[key]
+        r = pool.replicas
+        st.cold_start.observe(now, r.ready)
+        demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
+        if demand is None or not math.isfinite(demand):
+            return degraded_decision(key, pool, st.cold_start.p90_s)
+        notes: list[str] = []
+        hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
+        if key[1] is Role.PREFILL:
+            computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
+            demand = computed if computed is not None else uncached_prefill_demand(demand, hit)
+        self._read_lengths(st, pool, service_prompt, notes)
+        demand += self._queue_growth(st, pool, notes)
+        if self.forecasts is not None:
+            self.forecasts.observe(key, pool.data_time_s, demand)
+        lead = self.lead_s(key)
+        forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
+                                         self.settings.scale_up_quantile)
+        peak = self._peak(key, pool, demand, notes)
+        load = max(demand, peak, forecast.sized_value if forecast is not None else 0.0)
+        self._calibrate(key, st, pool, demand, hit, notes)
+        sized = self._size(key, st, pool, load, hit, notes)
+        desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
+        desired = max(r.min_replicas, min(r.max_replicas, desired))
+        reasons = [f"load {load:.4g}/s ({fc_note}; now {demand:.4g}/s)", sized.reason,
+                   f"correction {st.correction.value:.2f} "
+                   f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings)",
+                   *notes]
+        if step_note:
+            reasons.append(step_note)
+        detail = {"load": load, "demand": demand, "need": sized.replicas,
+                  "predicted_s": sized.predicted_s, "slo_s": st.slo_s, "met": sized.met,
+                  "correction": st.correction.value,
+                  "correction_spread": st.correction.spread}
+        return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail,
+                            forecast=forecast, lead_s=lead,
+                            cold_start_p90_s=st.cold_start.p90_s)
+
+    @staticmethod
+    def _queue_growth(st: PoolModelState, pool: PoolObservation, notes: list[str]) -> float:
+        """Arrivals the served rate does not show: a saturated pool's token counters count what
+        it served, and the rest waits. Requests/s the queue grew by since the last reading,
+        in the demand's units (prompt tokens for prefill, output tokens for decode)."""
+        queue = pool.signals.get(Signal.QUEUE_DEPTH)
+        if queue is None or not math.isfinite(queue):
+            st.queue_seen = None
+            return 0.0
+        before, st.queue_seen = st.queue_seen, (pool.data_time_s, queue)
+        if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
+            return 0.0
+        per_s = (queue - before[1]) / (pool.data_time_s - before[0])
+        tokens = st.prompt() if pool.key[1] is Role.PREFILL else st.output()
+        notes.append(f"queue grew {queue - before[1]:.0f} in "
+                     f"{pool.data_time_s - before[0]:.0f} s: {per_s:.3g} req/s more arrive "
+                     "than are served")
+        return per_s * tokens
+
+    @staticmethod
+    def _peak(key: PoolKey, pool: PoolObservation, demand: float, notes: list[str]) -> float:
+        """Prefill: the busiest minute of the rate window in demand units (the 5-minute mean
+        lags a rise by minutes); the mean where it is unread."""
+        if key[1] is not Role.PREFILL:
+            return demand
+        peak = _peak_demand(pool, demand)
+        if peak is None:
+            notes.append("peak minute unread: the 5-minute mean rate")
+            return demand
+        return peak
+
+    @staticmethod
+    def _read_lengths(st: PoolModelState, pool: PoolObservation, service_prompt: float | None,
+                      notes: list[str]) -> None:
+        prompt = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
+        prompt = prompt if usable_length(prompt) else service_prompt
+        output = pool.signals.get(Signal.MEAN_OUTPUT_TOKENS)
+        if usable_length(prompt):
+            st.prompt_tokens = prompt
+        if usable_length(output):
+            st.output_tokens = output
+        if st.prompt_tokens is None or (pool.key[1] is Role.DECODE and st.output_tokens is None):
+            notes.append(f"lengths unread: {PROMPT_TOKENS_UNREAD:,.0f} prompt and "
+                         f"{OUTPUT_TOKENS_UNREAD:,.0f} output tokens assumed")
+
+    def _prefill(self, st: PoolModelState, pool: PoolObservation, tokens_per_s: float,
+                 hit: float | None, correction: float) -> _Prefill:
+        """The prefill model's load: prompts/s from uncached tokens/s, the service time at the
+        profile's throughput for the mix, the variability from the tokens' dispersion."""
+        fallbacks = []
+        prompt = st.prompt()
+        uncached = max(1.0, uncached_prefill_demand(prompt, hit))
+        mean_sq = uncached**2 * (1 + float(self.settings.sizing.prompt_length_cv2))
+        rate = st.profile.prefill_tokens_per_s(uncached, mean_sq) * correction
+        dispersion = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
+        share = uncached / prompt
+        if dispersion is not None and math.isfinite(dispersion) and dispersion > 0:
+            variability = dispersion * share / uncached
+        else:
+            variability = float(self.settings.sizing.default_variability)
+            fallbacks.append(f"dispersion unread: ca2 + cs2 = {variability:g} assumed")
+        fixed = (st.profile.overhead_ms(prompt) + st.profile.kv_transfer_ms(prompt)) / 1000
+        cv2 = float(self.settings.sizing.prompt_length_cv2)
+        sigma = math.sqrt(math.log1p(cv2))
+        at_quantile = uncached * math.exp(NormalDist().inv_cdf(SLO_QUANTILE) * sigma
+                                          - sigma**2 / 2)
+        return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / uncached,
+                                    mean_service_s=uncached / rate, service_cv2=0.0,
+                                    arrival_cv2=variability, fixed_s=fixed,
+                                    quantile=SLO_QUANTILE,
+                                    service_quantile_s=st.profile.prefill_ms(at_quantile) / 1000
+                                    / correction), tuple(fallbacks))
+
+    def _decode(self, st: PoolModelState, tokens_per_s: float) -> DecodeLoad:
+        output, prompt = st.output(), st.prompt()
+        return DecodeLoad(arrival_rps=tokens_per_s / output, mean_output_tokens=output,
+                          mean_context_tokens=prompt + output / 2, arrival_cv2=1.0,
+                          quantile=SLO_QUANTILE)
+
+    def _size(self, key: PoolKey, st: PoolModelState, pool: PoolObservation, load: float,
+              hit: float | None, notes: list[str]) -> Sized:
+        queue = pool.signals.get(Signal.QUEUE_DEPTH)
+        if queue is None:
+            notes.append("queue unread: no backlog assumed")
+        k = st.correction.value
+        if key[1] is Role.PREFILL:
+            model = self._prefill(st, pool, load, hit, k)
+            notes.extend(model.rate_fallbacks)
+            return prefill_replicas(model.load, st.slo_s, max_replicas=pool.replicas.max_replicas,
+                                    queued=queue or 0.0, drain_s=self.lead_s(key))
+        return decode_replicas(self._decode(st, load), st.profile, st.slo_s * k,
+                               max_replicas=pool.replicas.max_replicas, waiting=queue or 0.0,
+                               drain_s=self.lead_s(key))
+
+    def _calibrate(self, key: PoolKey, st: PoolModelState, pool: PoolObservation,
+                   demand: float, hit: float | None, notes: list[str]) -> None:
+        """Learn the correction from the latency the pool reported at its own load."""
+        sizing = self.settings.sizing
+        observed = pool.signals.get(LATENCY_SIGNAL[key[1]])
+        if key[1] is Role.PREFILL:
+            recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
+            observed = recent if recent is not None and math.isfinite(recent) else observed
+        ready = pool.replicas.ready
+        queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
+        if observed is None or not math.isfinite(observed) or observed <= 0 or ready < 1 \
+                or demand <= 0:
+            return
+        low, high = sizing.calibration_min, sizing.calibration_max
+        if key[1] is Role.PREFILL:
+            base = self._prefill(st, pool, demand, hit, 1.0).load
+
+            def predict(k: float) -> float:
+                # A correction k divides the prefill's times; a prompt arriving behind a
+                # queue waits for it: Q E[S] / c.
+                load = _corrected(base, k)
+                behind = queue * load.mean_service_s / ready
+                return max(predicted_ttft_s(load, ready),
+                           ttft_floor_s(load) + behind)
+        else:
+            running = pool.signals.get(Signal.RUNNING_REQUESTS)
+            if running is None or running <= 0:
+                return
+            per = running / max(ready + pool.replicas.draining, 1)
+            ctx = st.prompt() + st.output() / 2
+            step = st.profile.decode_step_ms(per, per * ctx) / 1000
+
+            def predict(k: float) -> float:
+                return step / k
+        implied = _solve(predict, observed, low, high)
+        st.correction.learn(implied, rate=sizing.calibration_rate, low=low, high=high)
+
+    def _stabilise(self, st: PoolModelState, need: int, active: int, now: float
+                   ) -> tuple[int, Cause, str | None]:
+        """Up at once; down to the highest need of the stabilisation window, at most
+        ``max_step_down`` a tick."""
+        window = float(self.settings.stabilisation)
+        if not st.needs:
+            st.needs.append((now, active))  # a first look: what runs was needed until now
+        st.needs.append((now, need))
+        while st.needs and st.needs[0][0] < now - window:
+            st.needs.popleft()
+        if need > active:
+            st.cold_start.asked(now, need)
+            return need, Cause.FORECAST, None
+        if need == active:
+            return active, Cause.STEADY, None
+        highest = max(n for _, n in st.needs)
+        if highest >= active:
+            since = max(t for t, n in st.needs if n >= active)
+            return active, Cause.STEADY, (
+                f"holding {active} over the need {need}: the need was {highest} within the "
+                f"stabilisation window, {since + window - now:.0f} s of {window:.0f} s left")
+        step = min(active - highest, self.settings.max_step_down)
+        st.cold_start.cancel_above(active - step)
+        note = f"down {step} to {active - step}: the window's highest need is {highest}"
+        if active - step > highest:
+            note += f" (at most {self.settings.max_step_down} a tick)"
+        return active - step, Cause.SCALE_DOWN, note
+
+
+def _corrected(load: PrefillLoad, correction: float) -> PrefillLoad:
+    """``load`` (planned at a correction of 1) with the prefill ``correction`` times faster."""
+    quantile = load.service_quantile_s
+    return replace(load, mean_service_s=load.mean_service_s / correction,
+                   service_quantile_s=None if quantile is None else quantile / correction)
