@@ -33,8 +33,8 @@ from pdscale.telemetry import (
     derive_signals,
 )
 
-__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "SignalReader", "SourcedReader",
-           "data_health", "warm_from_history"]
+__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "REQUEST_SIGNALS", "ClusterSource", "SignalReader",
+           "SourcedReader", "data_health", "warm_from_history"]
 
 POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
@@ -46,6 +46,14 @@ POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
 HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
 """How old the pool's engine samples are and how many of its scrape targets answer: read
 with the policy's signals, they decide whether those can be trusted."""
+REQUEST_SIGNALS = frozenset({
+    Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
+    Signal.TTFT_P50_S, Signal.TTFT_P95_S, Signal.TTFT_P99_S, Signal.TTFT_P95_RECENT_S,
+    Signal.TTFT_QUEUE_P95_S, Signal.TTFT_PREFILL_P95_S, Signal.TTFT_TRANSFER_P95_S,
+    Signal.ITL_P50_S, Signal.ITL_P95_S, Signal.E2E_P95_S})
+"""Signals whose value shows the pool's requests: counted requests and tokens, and latency
+percentiles (the OTLP store computes them from request spans). One answered through OTLP means
+the pool is not idle, whatever Prometheus' request series say."""
 
 
 def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float,
@@ -111,6 +119,11 @@ class SourcedReader:
         """Per pool and signal, the age in seconds of the data behind the value used at the
         last read (None: unknown, or no value)."""
         self.partial_errors: list[Exception] = []
+        self.served: set[PoolKey] = set()
+        """The pools whose requests the last read saw through OTLP: a request signal
+        (:data:`REQUEST_SIGNALS`) answered from spans or OTLP metrics, the only sign of
+        traffic where the spec reads the request and token counts from Prometheus and the
+        engine has not exported them (yet)."""
 
     def _source(self, signal: Signal) -> str:
         if signal in HEALTH_SIGNALS:
@@ -120,6 +133,7 @@ class SourcedReader:
     def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
              ) -> dict[PoolKey, dict[Signal, SignalValue]]:
         self.partial_errors = []
+        self.served = set()
         prom_signals = [s for s in signals if self._source(s) in ("prometheus", "both")
                         or (self._source(s) == "health" and self.prometheus is not None)]
         otlp_signals = [s for s in signals if self._source(s) in ("otlp", "both")
@@ -156,6 +170,8 @@ class SourcedReader:
                         else None
             out[key] = row
             self.answered[key] = answered
+            if any(answered.get(sig) == "otlp" for sig in REQUEST_SIGNALS):
+                self.served.add(key)
             self.ages[key] = {sig: v.age_s if sig is not Signal.SAMPLE_AGE_S else v.value
                               for sig, v in row.items()}
         return out
@@ -182,7 +198,8 @@ def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | 
 
 
 class ClusterSource:
-    """Each pool's replicas (the actuator) and signals (Prometheus), with the data's state:
+    """Each pool's replicas (the actuator) and signals (Prometheus, or each from the source the
+    spec names: :class:`SourcedReader`), with the data's state:
     a Prometheus that cannot be read (``unavailable``, said as such, not as missing targets),
     targets down that a scale-down removed (``departing``, not degraded), a pool with every
     target up but no request counted yet (``idle``), or ``degraded``."""
@@ -236,7 +253,9 @@ class ClusterSource:
                 departing = self._departing(key, status.desired, now_s)
                 sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s,
                                                    departing=departing)
-                state, note = _state(values, role, degraded, unavailable, departing)
+                served = isinstance(self.reader, SourcedReader) and key in self.reader.served
+                state, note = _state(values, role, degraded, unavailable, departing,
+                                     served=served)
                 lost = self.kube.losses(key) if hasattr(self.kube, "losses") else None
                 if degraded is not None and lost:  # the actuator knows which replica died
                     degraded = f"{degraded} ({lost})"
@@ -275,8 +294,11 @@ def _missing(values: Mapping[Signal, SignalValue], signal: Signal) -> bool:
 
 
 def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | None,
-           unavailable: str | None, departing: int) -> tuple[DataState, str | None]:
-    """The pool's data state and, for ``idle`` and ``departing``, what it means."""
+           unavailable: str | None, departing: int, *, served: bool = False
+           ) -> tuple[DataState, str | None]:
+    """The pool's data state and, for ``idle`` and ``departing``, what it means. ``idle``
+    needs every source to show no request: no request or demand series in ``values``, and
+    not ``served`` (requests seen through OTLP, :attr:`SourcedReader.served`)."""
     if unavailable is not None:
         return "unavailable", None
     if degraded is not None:
@@ -285,7 +307,8 @@ def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | Non
     if down:
         return "departing", (f"{down:.0f} of {total:.0f} scrape targets are replicas a "
                              "scale-down removed (planned, not degraded)")
-    if total and _missing(values, Signal.REQUEST_RATE) and _missing(values, _DEMAND[role]):
+    if total and not served and _missing(values, Signal.REQUEST_RATE) \
+            and _missing(values, _DEMAND[role]):
         return "idle", ("no request counted yet: every scrape target is up, and the engine "
                         "exports its request and token series from the first request (if "
                         "requests are served, `pdscale check` finds the selector that matches "
