@@ -19,10 +19,10 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pdscale import _engines
-from pdscale.spec import Engine, Role, ServiceSpec, Spec
+from pdscale.spec import SOURCE_SIGNALS, Engine, Role, ServiceSpec, Spec
 from pdscale.telemetry import (
     DISPERSION_WINDOW_S,
     SeriesRef,
@@ -33,7 +33,8 @@ from pdscale.telemetry import (
     slo_bucket_ref,
 )
 
-__all__ = ["CheckRow", "Query", "check_spec", "render_json", "render_table"]
+__all__ = ["CheckRow", "Query", "SourceRow", "check_spec", "render_json", "render_sources",
+           "render_table", "source_rows", "sources_ready"]
 
 Query = Callable[[str], list[tuple[dict[str, str], float]]]
 """An instant query at the check's time: (labels, value) per row."""
@@ -232,6 +233,10 @@ def check_spec(spec: Spec, query: Query, *, at_s: float, stale_after_s: float = 
             for signal in signals:
                 needed_by = "controller" if signal in needs else \
                     "controller (tail model)" if signal in FINE_SIGNALS else "alerts, dashboards"
+                if _from_otlp_only(spec, signal):
+                    # The controller reads it from spans, and the generated rules read
+                    # pdscale's re-exported span histograms: the engine's series are spare.
+                    needed_by = "nothing (read from OTLP)"
                 for ref in series_refs(signal, service, role):
                     count, pods, age = _probe(query, ref, at_s)
                     base = dict(service=service.name, pool=role.value, signal=signal.value,
@@ -262,6 +267,102 @@ def check_spec(spec: Spec, query: Query, *, at_s: float, stale_after_s: float = 
                 rows.append(_bucket_row(query, service, index, kind,
                                         at_s, stale_after_s))
     return rows
+
+
+def _from_otlp_only(spec: Spec, signal: Signal) -> bool:
+    return spec.controller.otlp_receiving and signal.value in SOURCE_SIGNALS and \
+        spec.controller.signal_sources.source(signal.value) == "otlp"
+
+
+# --------------------------------------------------------------------------------------------
+# Which source answered: a running controller's view (pdscale check --controller URL)
+
+
+DECIDED_ON: dict[Role, tuple[Signal, ...]] = {
+    Role.PREFILL: (Signal.PROMPT_TOKENS_PER_S, Signal.TTFT_P95_S),
+    Role.DECODE: (Signal.GENERATION_TOKENS_PER_S, Signal.ITL_P95_S),
+}
+"""What a pool is decided on, whichever source gives it: its demand (without it the pool is
+held as degraded) and its latency (the reactive path). The other signals the controller
+reads sharpen a decision; a source without them (spans give no queue gauge) is not a fault."""
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    service: str
+    pool: str
+    signal: str
+    needed_by: str
+    configured: str
+    """The spec's source for the signal (prometheus, otlp, both; health: Prometheus' scrape
+    health)."""
+    answered: str | None
+    """The source whose value the controller used at its last read; None: none had one."""
+    age_s: float | None
+    """Age of the data behind that value."""
+    status: Literal["ok", "stale", "missing"]
+
+
+def source_rows(spec: Spec, status: dict[str, Any], *, stale_after_s: float,
+                services: Sequence[str] | None = None) -> list[SourceRow]:
+    """Per pool and signal the controller reads, from its ``/v1/status``: which source
+    answered at its last read and how fresh the data was."""
+    answered_by = status.get("signal_sources") or {}
+    ages = status.get("signal_ages_s") or {}
+    sources = spec.controller.signal_sources
+    rows: list[SourceRow] = []
+    for service in spec.services:
+        if services is not None and service.name not in services:
+            continue
+        for role in Role:
+            key = f"{service.name}/{role.value}"
+            needs = DECIDED_ON[role]
+            read = answered_by.get(key, {})
+            names = sorted(set(read) | {s.value for s in needs},
+                           key=lambda n: (Signal(n) not in needs, n))
+            for name in names:
+                source = read.get(name)
+                age = ages.get(key, {}).get(name)
+                state: Literal["ok", "stale", "missing"] = "missing" if source is None else \
+                    "stale" if age is not None and age > stale_after_s else "ok"
+                rows.append(SourceRow(
+                    service=service.name, pool=role.value, signal=name,
+                    needed_by="controller" if Signal(name) in needs else "controller (other)",
+                    configured=sources.source(name) if name in SOURCE_SIGNALS else "health",
+                    answered=source, age_s=age, status=state))
+    return rows
+
+
+def sources_ready(rows: Sequence[SourceRow]) -> bool:
+    """Every signal the controller needs was answered by a source, with fresh data."""
+    return not any(r.needed_by == "controller" and r.status != "ok" for r in rows)
+
+
+def render_sources(rows: Sequence[SourceRow], *, controller: str) -> str:
+    head = ("SERVICE", "POOL", "SIGNAL", "NEEDED BY", "SOURCE (SPEC)", "ANSWERED BY", "AGE",
+            "STATUS")
+    body = [(r.service, r.pool, r.signal, r.needed_by, r.configured, r.answered or "-",
+             _age(r.age_s), r.status) for r in rows]
+    widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
+    lines = [f"signal sources at the controller {controller} (its last read):"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+              for line in (head, *body)]
+    bad = [r for r in rows if r.needed_by == "controller" and r.status != "ok"]
+    for r in bad:
+        where = {"prometheus": "Prometheus (pdscale check SPEC --prometheus URL says which "
+                               "series)",
+                 "otlp": "the OTLP receiver (/v1/status: otlp.dropped and last_drop say what "
+                         "was refused; check the engines' exporter endpoint and resource "
+                         "attributes)",
+                 "both": "either source", "health": "Prometheus"}.get(r.configured,
+                                                                     r.configured)
+        lines.append(f"- {r.service}/{r.pool} {r.signal}: "
+                     f"{'no source had a value' if r.status == 'missing' else 'stale data'}"
+                     f"; it is read from {where}")
+    lines.append("every signal the controller needs has a fresh source" if not bad else
+                 f"{len(bad)} signal(s) the controller needs without a fresh source (it holds "
+                 "those pools, never scaling down)")
+    return "\n".join(lines)
 
 
 def controller_ready(rows: Sequence[CheckRow]) -> bool:

@@ -54,6 +54,11 @@ class PoolSelector(_Model):
     """Exact label matchers added to the pool's engine series."""
     dynamo_component: str | None = None
     """Dynamo only: the component name of the pool's workers."""
+    resource_attributes: dict[str, str] = Field(default_factory=dict)
+    """OTLP: the resource attributes (exact values) that select the pool's spans and metrics,
+    e.g. service.name. Empty: k8s.namespace.name equal to the service's namespace and
+    k8s.pod.name matching the pod regex (what the Collector's k8sattributes processor, or
+    OTEL_RESOURCE_ATTRIBUTES from the downward API, puts on the engine's resource)."""
 
 
 class ScaleTarget(_Model):

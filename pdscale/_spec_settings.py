@@ -47,6 +47,11 @@ class AlertThresholds(_Model):
     """TTFT p95 as a multiple of the SLO threshold."""
     itl_high: TieredThreshold = _tiers(1.0, "10m", 2.0, "3m")
     """ITL p95 as a multiple of the SLO threshold."""
+    ttft_stage: TieredThreshold = _tiers(0.5, "10m", 0.8, "5m")
+    """One stage of TTFT (queue, prefill, transfer: the 95th percentile of each, from the
+    engines' request spans) as a share of the TTFT SLO threshold: a stage that alone takes
+    half the budget says where the time goes before TTFT itself misses (generated only
+    where spans give the stage: the OTLP receiver runs, vLLM or SGLang)."""
     queue_backlog: TieredThreshold = _tiers(5, "10m", 20, "3m")
     """Waiting requests per ready replica (llm-d saturates at 5)."""
     queue_growing: TieredThreshold = _tiers(0.05, "15m", 0.5, "5m")
@@ -220,6 +225,91 @@ class ScaleDownDrainSettings(_Model):
         "within the pod's grace period")
 
 
+class WebhookAuth(_Model):
+    bearer_token_file: str | None = Field(default=None,
+                                          description="Token file, re-read when it changes")
+    bearer_token_env: str | None = Field(default=None,
+                                         description="Environment variable holding the token")
+    basic_auth_file: str | None = Field(default=None,
+                                        description="File holding 'user:password'")
+    allow_unauthenticated: bool = Field(
+        default=False, description="Serve the webhook without authentication on a non-loopback "
+        "address (anyone who reaches the port can then scale and drain pools); without it, "
+        "pdscale run disables the webhook there and says so")
+
+
+
+SIGNAL_SOURCES = ("prometheus", "otlp", "both")
+"""Where a signal is read: Prometheus' recorded series, the OTLP receiver's spans and metrics,
+or both (the OTLP value where it has one, else Prometheus')."""
+
+SOURCE_SIGNALS = (
+    "queue_depth", "running_requests", "ttft_p50_s", "ttft_p95_s", "ttft_p95_recent_s",
+    "ttft_p99_s", "itl_p50_s", "itl_p95_s", "e2e_p95_s", "request_rate", "prompt_tokens_per_s",
+    "prompt_tokens_peak_per_s", "prompt_tokens_dispersion", "prompt_tokens_computed_per_s",
+    "generation_tokens_per_s", "prefix_cache_hit_ratio", "kv_cache_usage_ratio",
+    "kv_cache_usage_max_ratio", "preemptions_per_s", "error_ratio", "gpu_utilization_ratio",
+    "kv_transfer_waiting")
+"""The pool signals whose source ``controller.signal_sources`` may choose (the catalog's
+``Signal`` values; tests/telemetry/test_otlp_signals.py holds the two lists together)."""
+
+SignalSource = Literal["prometheus", "otlp", "both"]
+
+
+class SignalSources(_Model):
+    """Which source answers each signal the controller reads. Prometheus keeps what it
+    measures best (gauges scraped from every replica, DCGM's GPU series); OTLP spans give
+    exact latency percentiles and their split into queue, prefill and transfer."""
+
+    default: SignalSource = "prometheus"
+    """The source of every signal not named in ``signals``."""
+    signals: dict[str, SignalSource] = Field(default_factory=dict)
+    """Per signal (its catalog name, e.g. ttft_p95_s): prometheus, otlp or both."""
+
+    @model_validator(mode="after")
+    def _known_signals(self) -> SignalSources:
+        unknown = sorted(set(self.signals) - set(SOURCE_SIGNALS))
+        if unknown:
+            raise ValueError(f"expected signal names from: {', '.join(SOURCE_SIGNALS)}; got "
+                             f"{', '.join(unknown)}")
+        return self
+
+    def source(self, signal: str) -> SignalSource:
+        """The source that answers ``signal``."""
+        return self.signals.get(signal, self.default)
+
+    def uses(self, source: Literal["prometheus", "otlp"]) -> bool:
+        """True when some signal is read from ``source``."""
+        chosen = {self.default, *self.signals.values()}
+        return source in chosen or "both" in chosen
+
+
+class OtlpSettings(_Model):
+    """The OTLP receiver (``pdscale run``): engines' request spans and metrics pushed over
+    OTLP/HTTP (protobuf or JSON) and OTLP/gRPC, on ports of their own."""
+
+    enabled: bool = Field(default=False, description="Start the receiver (also started when "
+                          "signal_sources reads any signal from otlp)")
+    http_port: int = Field(default=4318, ge=0, le=65535,
+                           description="OTLP/HTTP port (/v1/traces, /v1/metrics); 0: off")
+    grpc_port: int = Field(default=4317, ge=0, le=65535, description="OTLP/gRPC port; 0: off")
+    max_request_bytes: int = Field(
+        default=4 << 20, ge=1024, description="Largest export request accepted, after "
+        "decompression (larger: 413 or RESOURCE_EXHAUSTED); the Collector's gRPC default")
+    buffer_bytes: int = Field(
+        default=64 << 20, ge=1 << 16, description="Requests received and not yet ingested, "
+        "in bytes; a full buffer answers 429 or RESOURCE_EXHAUSTED with a retry delay")
+    stale_after: Duration = Field(default=120, ge=1, description="A pool whose newest span "
+                                  "or metric point is older than this counts as missing")
+    resolution: Duration = Field(
+        default=30, ge=5, le=60, description="Width of the time slots the span sketches and "
+        "counts are kept in: windows are read to this resolution, memory grows as its inverse")
+    max_clock_skew: Duration = Field(
+        default=60, ge=1, description="Spans that end further than this in the future (an "
+        "engine's clock ahead of the controller's) are dropped and counted")
+    auth: WebhookAuth = Field(default_factory=WebhookAuth)
+    """How exporters authenticate (bearer token or basic auth), with the webhook's rule: no
+    authentication on a non-loopback address only with allow_unauthenticated."""
 class SizingSettings(_Model):
     """The queueing model's settings (``controller.sizing``): everything else it uses comes
     from the pool's profile, its SLO or a measurement. The scale-up quantile, the
@@ -282,6 +372,15 @@ class ControllerSettings(_Model):
     """The Lease that lets one of several controller replicas act."""
     drain: ScaleDownDrainSettings = Field(default_factory=ScaleDownDrainSettings)
     """Scale-down drains: replicas leave routing and finish their work before removal."""
+    otlp: OtlpSettings = Field(default_factory=OtlpSettings)
+    """The OTLP receiver for engines' request spans and OTLP metrics."""
+    signal_sources: SignalSources = Field(default_factory=SignalSources)
+    """Which source (prometheus, otlp, both) answers each signal."""
+
+    @property
+    def otlp_receiving(self) -> bool:
+        """True when the OTLP receiver runs: enabled, or a signal is read from it."""
+        return self.otlp.enabled or self.signal_sources.uses("otlp")
 
 
 class ReactionAction(StrEnum):
@@ -355,19 +454,6 @@ class ReactionRule(_Model):
     def shortage(self) -> ShortageCondition:
         """The condition a scale_up checks (``condition``, latency_or_queue when unset)."""
         return self.condition or ShortageCondition.LATENCY_OR_QUEUE
-
-
-class WebhookAuth(_Model):
-    bearer_token_file: str | None = Field(default=None,
-                                          description="Token file, re-read when it changes")
-    bearer_token_env: str | None = Field(default=None,
-                                         description="Environment variable holding the token")
-    basic_auth_file: str | None = Field(default=None,
-                                        description="File holding 'user:password'")
-    allow_unauthenticated: bool = Field(
-        default=False, description="Serve the webhook without authentication on a non-loopback "
-        "address (anyone who reaches the port can then scale and drain pools); without it, "
-        "pdscale run disables the webhook there and says so")
 
 
 class DrainSettings(_Model):

@@ -85,9 +85,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     refusal = controller.expose(host, allow_unauthenticated=args.allow_unauthenticated_webhook)
     if refusal:
         print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
+    otlp_note = ""
+    if controller.otlp_receiver is not None:
+        o = spec.controller.otlp
+        otlp_host = args.otlp_host or host
+        http_port = o.http_port if args.otlp_http_port is None else args.otlp_http_port
+        grpc_port = o.grpc_port if args.otlp_grpc_port is None else args.otlp_grpc_port
+        for what, otlp_port in (("OTLP/HTTP", http_port), ("OTLP/gRPC", grpc_port)):
+            busy = _port_busy(otlp_host, otlp_port) if otlp_port else None
+            if busy:
+                err(f"cannot listen on {otlp_host}:{otlp_port} for {what}: {busy}; pass "
+                    f"--otlp-{'http' if 'HTTP' in what else 'grpc'}-port with a free port "
+                    "(0 turns it off)")
+                return EXIT_BAD_INPUT
+        refusal = controller.expose_otlp(otlp_host, http_port=http_port, grpc_port=grpc_port,
+                                         allow_unauthenticated=args.allow_unauthenticated_otlp)
+        if refusal:
+            print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
+        otlp_note = "; OTLP on " + ", ".join(
+            f"{name} {otlp_host}:{p}" for name, p in (("http", http_port),
+                                                       ("grpc", grpc_port)) if p)
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
-          f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}; API on "
+          f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}{otlp_note}; API on "
           f"http://{host}:{port} (/v1/status, /metrics)", file=sys.stderr, flush=True)
     supervise = threading.Event()
     if backend is not None:  # between ticks the actuator reaps, replaces and probes workers
@@ -128,6 +148,16 @@ def register(sub: Any) -> None:
     p.add_argument("--prometheus-url", type=http_url, metavar="URL",
                    help="overrides spec.controller.prometheus.url (an http(s) URL such as "
                         "http://localhost:9090)")
+    p.add_argument("--otlp-host", metavar="HOST",
+                   help="address of the OTLP receiver (default: the --listen host); it runs "
+                        "when spec.controller.otlp.enabled or a signal is read from otlp")
+    p.add_argument("--otlp-http-port", type=int, metavar="PORT",
+                   help="OTLP/HTTP port (default: spec.controller.otlp.http_port; 0: off)")
+    p.add_argument("--otlp-grpc-port", type=int, metavar="PORT",
+                   help="OTLP/gRPC port (default: spec.controller.otlp.grpc_port; 0: off)")
+    p.add_argument("--allow-unauthenticated-otlp", action="store_true",
+                   help="accept OTLP exports without authentication on a non-loopback address "
+                        "(anyone who reaches the port can feed the signals pdscale scales on)")
     p.add_argument("--identity", help="leader-election identity (default: POD_NAME or the "
                                       "host name)")
     p.add_argument("--no-leader-election", action="store_true",

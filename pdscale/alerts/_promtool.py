@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pdscale.alerts._rules import (
@@ -33,6 +33,8 @@ from pdscale.alerts._rules import (
 )
 from pdscale.spec import Role, ServiceSpec, Spec, regex_examples
 from pdscale.telemetry import (
+    SPAN_HISTOGRAM_SERIES,
+    STAGE_SIGNALS,
     Signal,
     engine_signals,
     metric_names_in,
@@ -42,6 +44,8 @@ from pdscale.telemetry import (
     slo_bucket_record,
     slo_error_ratio_expr,
     slo_error_ratio_record,
+    slo_source,
+    span_signals,
 )
 
 __all__ = ["ScenarioError", "render_template", "unit_tests"]
@@ -371,7 +375,7 @@ def _le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
-def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
+def _recording_test(spec: Spec, service: ServiceSpec) -> dict[str, Any] | None:
     inputs: list[dict[str, str]] = []
     expects: list[dict[str, Any]] = []
     minutes = 10
@@ -425,18 +429,26 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
             inputs.append({"series": _series_text(metric, gpu), "values": f"{v}x{minutes}"})
         expect(recorded_name(Signal.GPU_MEMORY_USED_MAX_RATIO), role, 0.9)
 
-    # SLO histograms: per minute, 90 requests within the SLO bucket, 10 in the next one.
+    # SLO histograms: per minute, 90 requests within the SLO bucket, 10 in the next one; the
+    # engine's histogram, or pdscale's re-exported span histogram where the spec reads the
+    # latency from OTLP ("both": the span side, which answers first).
     for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
-        error_expr = slo_error_ratio_expr(service, kind, "5m")  # type: ignore[arg-type]
+        source = slo_source(spec, kind)  # type: ignore[arg-type]
+        error_expr = slo_error_ratio_expr(service, kind, "5m",  # type: ignore[arg-type]
+                                          source=source)
         buckets = service.buckets(kind)  # type: ignore[arg-type]
         if error_expr is None or buckets is None:
             continue
         threshold = service.slo.threshold_s(kind)  # type: ignore[arg-type]
-        names = metric_names_in(error_expr)
-        bucket_metric = next(n for n in names if n.endswith("_bucket"))
+        spans = source != "prometheus"
+        bucket_metric = f"{SPAN_HISTOGRAM_SERIES[kind]}_bucket" if spans else \
+            next(n for n in sorted(metric_names_in(error_expr)) if n.endswith("_bucket"))
         base = _example_labels(error_expr, bucket_metric)
         if base is None:
             return None
+        if spans:  # the re-export carries the pool's labels (honor_labels keeps them)
+            base = {**pool_labels(service, role), **base}
+            buckets = tuple(sorted({*buckets, threshold}))
         for bound in (*buckets, math.inf):
             per_min = 0 if bound < threshold and not math.isclose(bound, threshold) else \
                 90 if math.isclose(bound, threshold) else 100
@@ -446,8 +458,42 @@ def _recording_test(service: ServiceSpec) -> dict[str, Any] | None:
                        "values": f"0+100x{minutes}"})
         expect(slo_error_ratio_record(kind, "5m"), role, 1 - (90 / 60) / (100 / 60))  # type: ignore[arg-type]
         expect(slo_bucket_record(kind), role, 1)  # type: ignore[arg-type]
+    for role in Role:
+        _stage_inputs(spec, service, role, inputs, expect)
     return {"name": f"recording rules of {service.name}", "interval": "1m",
             "input_series": inputs, "promql_expr_test": expects}
+
+
+def _stage_inputs(spec: Spec, service: ServiceSpec, role: Role, inputs: list[dict[str, str]],
+                  expect: Callable[[str, Role, float], None]) -> None:
+    """TTFT by stage from the re-exported span histograms: per minute, 100 requests, a
+    different share of them (50, 80, 90) at or below the TTFT SLO per stage and the rest in the
+    next bucket, so each stage's p95 lies at its own point of that bucket
+    (histogram_quantile's linear interpolation) and a rule reading another stage's series
+    shows."""
+    threshold = service.slo.ttft_p95_s
+    bounds = sorted({*(service.buckets("ttft") or ()), threshold})
+    i = bounds.index(threshold)
+    if i + 1 >= len(bounds):
+        return
+    low, high = bounds[i], bounds[i + 1]
+    within = {"queue": 50, "prefill": 80, "transfer": 90}
+    for signal in sorted(span_signals(spec, service, role) & set(STAGE_SIGNALS),
+                         key=lambda s: s.value):
+        stage = STAGE_SIGNALS[signal]
+        metric = SPAN_HISTOGRAM_SERIES[stage]
+        labels = pool_labels(service, role)
+        for bound in (*bounds, math.inf):
+            per_min = 0 if bound < threshold and not math.isclose(bound, threshold) else \
+                within[stage] if math.isclose(bound, threshold) else 100
+            inputs.append({"series": _series_text(f"{metric}_bucket",
+                                                  {**labels, "le": _le(bound)}),
+                           "values": f"0+{per_min}x10"})
+        # histogram_quantile's arithmetic on the per-second rates, step by step, so the
+        # expectation is the float Prometheus computes.
+        below, total = within[stage] / 60, 100 / 60
+        expect(recorded_name(signal), role,
+               low + (high - low) * ((0.95 * total - below) / (total - below)))
 
 
 def unit_tests(spec: Spec, rule_file_for: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -460,7 +506,7 @@ def unit_tests(spec: Spec, rule_file_for: Mapping[str, str]) -> dict[str, dict[s
         mine = [d for d in defs if d.service.name == service.name]
         baseline = _baseline(mine)
         by_step: dict[int, list[dict[str, Any]]] = {1: []}
-        recording = _recording_test(service)
+        recording = _recording_test(spec, service)
         if recording is not None:
             by_step[1].append(recording)
         for d in mine:

@@ -33,12 +33,14 @@ from pdscale.telemetry import (
     SLO_WINDOWS,
     Signal,
     engine_signals,
-    pool_expr,
+    recorded_expr,
     recorded_name,
     slo_bucket_expr,
     slo_bucket_record,
     slo_error_ratio_expr,
     slo_error_ratio_record,
+    slo_source,
+    span_signals,
 )
 
 Severity = Literal["warning", "critical"]
@@ -146,10 +148,11 @@ def recording_groups(spec: Spec) -> list[Rule]:
         for role in Role:
             labels = pool_labels(service, role)
             del labels["namespace"]  # kept from the series by `by (namespace)`
-            for signal in sorted(engine_signals(service, role), key=lambda s: s.value):
+            signals = engine_signals(service, role) | span_signals(spec, service, role)
+            for signal in sorted(signals, key=lambda s: s.value):
                 rules.append({
                     "record": recorded_name(signal),
-                    "expr": pool_expr(signal, service, role),
+                    "expr": recorded_expr(spec, signal, service, role),
                     "labels": dict(labels),
                 })
         for kind, role in (("ttft", Role.PREFILL), ("itl", Role.DECODE)):
@@ -161,15 +164,17 @@ def recording_groups(spec: Spec) -> list[Rule]:
             rules.append({"record": SLO_THRESHOLD_RECORD, "expr": f"vector({_num(threshold)})",
                           "labels": dict(labels)})
             del labels["namespace"]
+            source = slo_source(spec, kind)  # type: ignore[arg-type]
             for window in SLO_WINDOWS:
-                expr = slo_error_ratio_expr(service, kind, window)  # type: ignore[arg-type]
+                expr = slo_error_ratio_expr(service, kind, window,  # type: ignore[arg-type]
+                                            source=source)
                 if expr is not None:
                     rules.append({
                         "record": slo_error_ratio_record(kind, window),  # type: ignore[arg-type]
                         "expr": expr,
                         "labels": dict(labels),
                     })
-            bucket = slo_bucket_expr(service, kind)  # type: ignore[arg-type]
+            bucket = slo_bucket_expr(service, kind, source=source)  # type: ignore[arg-type]
             if bucket is not None:
                 rules.append({"record": slo_bucket_record(kind),  # type: ignore[arg-type]
                               "expr": bucket, "labels": dict(labels)})
@@ -199,7 +204,7 @@ def _stale(m: int, _h: float) -> float | None:
 def _gauge_alert(*, name: str, service: ServiceSpec, role: Role, signal: Signal,
                  warning: float, warning_for: int, critical: float, critical_for: int,
                  summary: str, description: str, bound: float | None = None,
-                 multiplier: float = 1.0) -> AlertDef:
+                 multiplier: float = 1.0, labels: Mapping[str, str] | None = None) -> AlertDef:
     """`recorded > threshold × multiplier` in two tiers, driven by setting the series."""
     series = recorded_name(signal)
     sel = f"{series}{{{pool_matchers(service, role)}}}"
@@ -208,8 +213,10 @@ def _gauge_alert(*, name: str, service: ServiceSpec, role: Role, signal: Signal,
     return AlertDef(
         name=name, service=service, role=role, summary=summary, description=description,
         tiers=(
-            TierDef("warning", f"{sel} > {_num(w)}", warning_for, _gt(series, role, w)),
-            TierDef("critical", f"{sel} > {_num(c)}", critical_for, _gt(series, role, c)),
+            TierDef("warning", f"{sel} > {_num(w)}", warning_for, _gt(series, role, w),
+                    labels=dict(labels or {})),
+            TierDef("critical", f"{sel} > {_num(c)}", critical_for, _gt(series, role, c),
+                    labels=dict(labels or {})),
         ),
         reads={series: w * 0.5},
         levels={"warning": {series: _const((w + c) / 2)},
@@ -227,7 +234,47 @@ def alert_defs(spec: Spec) -> list[AlertDef]:
     for service in spec.services:
         for role in Role:
             out.extend(_pool_alerts(spec.alerts, service, role))
+            out.extend(_ttft_stage_alerts(spec, service, role))
             out.extend(_drain_alerts(spec, service, role))
+    return out
+
+
+_STAGE_ADVICE = {
+    Signal.TTFT_QUEUE_P95_S: (
+        "queue", "requests waited {value} (p95) in the engine's queue before their prefill",
+        "the pool is short of prefill capacity: add replicas, or check that the router "
+        "spreads requests"),
+    Signal.TTFT_PREFILL_P95_S: (
+        "prefill", "the prefill itself took {value} (p95) to the first token",
+        "long prompts, a falling prefix-cache hit rate or a slow GPU; more replicas do not "
+        "shorten one prefill (check prompt lengths and the cache)"),
+    Signal.TTFT_TRANSFER_P95_S: (
+        "transfer", "TTFT outside the queue and the prefill took {value} (p95)",
+        "in P/D this is the KV transfer from prefill to decode (check the KV connector and "
+        "the network between the pools), else tokenisation and the API server's hand-off"),
+}
+
+
+def _ttft_stage_alerts(spec: Spec, service: ServiceSpec, role: Role) -> list[AlertDef]:
+    """TTFT by stage, where the engines' request spans give it (:func:`span_signals`): one
+    alert name, a ``stage`` label, so a page says whether the time went to the queue, the
+    prefill or the transfer, the first question when TTFT swings."""
+    tiers = spec.alerts.thresholds.ttft_stage
+    slo = service.slo.ttft_p95_s
+    where = f"{service.namespace}/{service.name} {role.value}"
+    out = []
+    for signal in sorted(span_signals(spec, service, role) & set(_STAGE_ADVICE),
+                         key=lambda s: s.value):
+        stage, what, advice = _STAGE_ADVICE[signal]
+        value = "{{ $value | humanizeDuration }}"
+        out.append(_gauge_alert(
+            name="LLMTimeToFirstTokenStageHigh", service=service, role=role, signal=signal,
+            warning=tiers.warning.value, warning_for=tiers.warning.for_,
+            critical=tiers.critical.value, critical_for=tiers.critical.for_,
+            summary="One stage takes a large share of the time to first token.",
+            description=f"{where}: {what.format(value=value)} against a TTFT SLO of "
+                        f"{slo:g}s: {advice}.",
+            multiplier=slo, labels={"stage": stage}))
     return out
 
 

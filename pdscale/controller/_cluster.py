@@ -8,6 +8,7 @@ Per tick: one Prometheus query per signal for every pool, and one Kubernetes LIS
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import (
@@ -23,6 +24,7 @@ from pdscale.controller._reconciler import AdapterError, SourceResult
 from pdscale.controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
 from pdscale.telemetry import (
+    OtlpStore,
     PrometheusQueryError,
     PrometheusReader,
     PrometheusUnavailable,
@@ -31,8 +33,8 @@ from pdscale.telemetry import (
     derive_signals,
 )
 
-__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "ClusterSource", "data_health",
-           "warm_from_history"]
+__all__ = ["HEALTH_SIGNALS", "POLICY_SIGNALS", "REQUEST_SIGNALS", "ClusterSource", "SignalReader",
+           "SourcedReader", "data_health", "warm_from_history"]
 
 POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
@@ -44,6 +46,14 @@ POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
 HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
 """How old the pool's engine samples are and how many of its scrape targets answer: read
 with the policy's signals, they decide whether those can be trusted."""
+REQUEST_SIGNALS = frozenset({
+    Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
+    Signal.TTFT_P50_S, Signal.TTFT_P95_S, Signal.TTFT_P99_S, Signal.TTFT_P95_RECENT_S,
+    Signal.TTFT_QUEUE_P95_S, Signal.TTFT_PREFILL_P95_S, Signal.TTFT_TRANSFER_P95_S,
+    Signal.ITL_P50_S, Signal.ITL_P95_S, Signal.E2E_P95_S})
+"""Signals whose value shows the pool's requests: counted requests and tokens, and latency
+percentiles (the OTLP store computes them from request spans). One answered through OTLP means
+the pool is not idle, whatever Prometheus' request series say."""
 
 
 def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_s: float,
@@ -72,6 +82,101 @@ def data_health(values: Mapping[Signal, SignalValue], now_s: float, stale_after_
     return age, "; ".join(why) or None
 
 
+class SignalReader(Protocol):
+    """Where a tick's signals come from: the Prometheus reader, or :class:`SourcedReader`."""
+
+    stale_after_s: float
+
+    def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
+             ) -> dict[PoolKey, dict[Signal, SignalValue]]:
+        ...
+
+
+class SourcedReader:
+    """Each signal from the source the spec names (``controller.signal_sources``):
+    Prometheus, the OTLP receiver's store, or both (OTLP's value where it has one, else
+    Prometheus'). The pool's data age is the freshest of the sources in use; scrape-target
+    health comes from Prometheus only. A Prometheus failure leaves the OTLP signals standing
+    (``partial_errors`` holds it) unless every signal needed Prometheus."""
+
+    def __init__(self, spec: Spec, prometheus: PrometheusReader | None,
+                 otlp: OtlpStore | None) -> None:
+        sources = spec.controller.signal_sources
+        self.spec = spec
+        self.prometheus = prometheus if sources.uses("prometheus") else None
+        self.otlp = otlp
+        if prometheus is None and sources.uses("prometheus"):
+            raise ValueError("controller.signal_sources reads Prometheus, but no Prometheus "
+                             "reader was given")
+        if otlp is None and sources.uses("otlp"):
+            raise ValueError("controller.signal_sources reads OTLP, but the receiver is off")
+        self.stale_after_s = max(
+            [r.stale_after_s for r in (prometheus, otlp) if r is not None] or [120.0])
+        self.answered: dict[PoolKey, dict[Signal, str | None]] = {}
+        """Per pool and signal, the source whose value was used at the last read (None: no
+        source had one)."""
+        self.ages: dict[PoolKey, dict[Signal, float | None]] = {}
+        """Per pool and signal, the age in seconds of the data behind the value used at the
+        last read (None: unknown, or no value)."""
+        self.partial_errors: list[Exception] = []
+        self.served: set[PoolKey] = set()
+        """The pools whose requests the last read saw through OTLP: a request signal
+        (:data:`REQUEST_SIGNALS`) answered from spans or OTLP metrics, the only sign of
+        traffic where the spec reads the request and token counts from Prometheus and the
+        engine has not exported them (yet)."""
+
+    def _source(self, signal: Signal) -> str:
+        if signal in HEALTH_SIGNALS:
+            return "health"
+        return self.spec.controller.signal_sources.source(signal.value)
+
+    def read(self, spec: Spec, signals: Sequence[Signal], *, at_s: float
+             ) -> dict[PoolKey, dict[Signal, SignalValue]]:
+        self.partial_errors = []
+        self.served = set()
+        prom_signals = [s for s in signals if self._source(s) in ("prometheus", "both")
+                        or (self._source(s) == "health" and self.prometheus is not None)]
+        otlp_signals = [s for s in signals if self._source(s) in ("otlp", "both")
+                        or (s is Signal.SAMPLE_AGE_S and self.otlp is not None)]
+        prom: dict[PoolKey, dict[Signal, SignalValue]] = {}
+        if self.prometheus is not None and prom_signals:
+            try:
+                prom = self.prometheus.read(spec, prom_signals, at_s=at_s)
+            except (PrometheusUnavailable, PrometheusQueryError) as exc:
+                if not otlp_signals:
+                    raise
+                self.partial_errors.append(exc)
+        otlp = self.otlp.read(spec, otlp_signals, at_s=at_s) \
+            if self.otlp is not None and otlp_signals else {}
+        missing = SignalValue(None, None)
+        out: dict[PoolKey, dict[Signal, SignalValue]] = {}
+        for key in {*prom, *otlp}:
+            p, o = prom.get(key, {}), otlp.get(key, {})
+            row: dict[Signal, SignalValue] = {}
+            answered: dict[Signal, str | None] = {}
+            for sig in signals:
+                source = self._source(sig)
+                pv, ov = p.get(sig, missing), o.get(sig, missing)
+                if sig is Signal.SAMPLE_AGE_S:
+                    fresh = [(v, name) for v, name in ((pv, "prometheus"), (ov, "otlp"))
+                             if v.value is not None]
+                    best = min(fresh, key=lambda f: (f[0].value or 0.0) + (f[0].age_s or 0.0),
+                               default=(missing, None))
+                    row[sig], answered[sig] = best
+                elif source == "otlp" or (source == "both" and ov.value is not None):
+                    row[sig], answered[sig] = ov, "otlp" if ov.value is not None else None
+                else:
+                    row[sig], answered[sig] = pv, "prometheus" if pv.value is not None \
+                        else None
+            out[key] = row
+            self.answered[key] = answered
+            if any(answered.get(sig) == "otlp" for sig in REQUEST_SIGNALS):
+                self.served.add(key)
+            self.ages[key] = {sig: v.age_s if sig is not Signal.SAMPLE_AGE_S else v.value
+                              for sig, v in row.items()}
+        return out
+
+
 def _targets_down(values: Mapping[Signal, SignalValue]) -> tuple[float, float]:
     """(targets down, targets) of the pool; (0, 0) when unread."""
     up, total = values.get(Signal.TARGETS_UP), values.get(Signal.TARGETS)
@@ -93,12 +198,13 @@ def _pool_signals(values: Mapping[Signal, SignalValue]) -> dict[Signal, float | 
 
 
 class ClusterSource:
-    """Each pool's replicas (the actuator) and signals (Prometheus), with the data's state:
+    """Each pool's replicas (the actuator) and signals (Prometheus, or each from the source the
+    spec names: :class:`SourcedReader`), with the data's state:
     a Prometheus that cannot be read (``unavailable``, said as such, not as missing targets),
     targets down that a scale-down removed (``departing``, not degraded), a pool with every
     target up but no request counted yet (``idle``), or ``degraded``."""
 
-    def __init__(self, spec: Spec, reader: PrometheusReader,
+    def __init__(self, spec: Spec, reader: PrometheusReader | SignalReader,
                  kube: KubeScaleActuator | SimBackend, *,
                  extra_signals: Sequence[Signal] = ()) -> None:
         self.spec = spec
@@ -130,6 +236,8 @@ class ClusterSource:
             errors.append(AdapterError.from_exception(exc, None, now_s))
             signals = {}
             unavailable = f"Prometheus unreadable: {exc}"
+        for partial in getattr(self.reader, "partial_errors", ()):
+            errors.append(AdapterError.from_exception(partial, None, now_s))
         pools: dict[PoolKey, PoolObservation] = {}
         staleness: dict[PoolKey, dict[Signal, float | None]] = {}
         statuses = self.kube.read_statuses([(s.name, role) for s in self.spec.services
@@ -145,7 +253,9 @@ class ClusterSource:
                 departing = self._departing(key, status.desired, now_s)
                 sample_age, degraded = data_health(values, now_s, self.reader.stale_after_s,
                                                    departing=departing)
-                state, note = _state(values, role, degraded, unavailable, departing)
+                served = isinstance(self.reader, SourcedReader) and key in self.reader.served
+                state, note = _state(values, role, degraded, unavailable, departing,
+                                     served=served)
                 lost = self.kube.losses(key) if hasattr(self.kube, "losses") else None
                 if degraded is not None and lost:  # the actuator knows which replica died
                     degraded = f"{degraded} ({lost})"
@@ -184,8 +294,11 @@ def _missing(values: Mapping[Signal, SignalValue], signal: Signal) -> bool:
 
 
 def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | None,
-           unavailable: str | None, departing: int) -> tuple[DataState, str | None]:
-    """The pool's data state and, for ``idle`` and ``departing``, what it means."""
+           unavailable: str | None, departing: int, *, served: bool = False
+           ) -> tuple[DataState, str | None]:
+    """The pool's data state and, for ``idle`` and ``departing``, what it means. ``idle``
+    needs every source to show no request: no request or demand series in ``values``, and
+    not ``served`` (requests seen through OTLP, :attr:`SourcedReader.served`)."""
     if unavailable is not None:
         return "unavailable", None
     if degraded is not None:
@@ -194,7 +307,8 @@ def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | Non
     if down:
         return "departing", (f"{down:.0f} of {total:.0f} scrape targets are replicas a "
                              "scale-down removed (planned, not degraded)")
-    if total and _missing(values, Signal.REQUEST_RATE) and _missing(values, _DEMAND[role]):
+    if total and not served and _missing(values, Signal.REQUEST_RATE) \
+            and _missing(values, _DEMAND[role]):
         return "idle", ("no request counted yet: every scrape target is up, and the engine "
                         "exports its request and token series from the first request (if "
                         "requests are served, `pdscale check` finds the selector that matches "

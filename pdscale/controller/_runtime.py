@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from pdscale.controller._cluster import ClusterSource, warm_from_history
+from pdscale.controller._cluster import ClusterSource, SourcedReader, warm_from_history
 from pdscale.controller._constraints import Constraints
 from pdscale.controller._drain import Drainer, PrometheusWork
 from pdscale.controller._interface import Policy, PoolKey
@@ -37,6 +37,7 @@ from pdscale.controller._webhook import AlertReceiver, WebhookAuthenticator
 from pdscale.spec import Spec
 from pdscale.telemetry import (
     ControllerTelemetry,
+    OtlpStore,
     PrometheusAuth,
     PrometheusQueryError,
     PrometheusReader,
@@ -183,6 +184,24 @@ class Controller:
         else:
             assert self.api is not None, "a Kubernetes API client, sim_url or backend"
             self.kube = KubeScaleActuator(self.api, targets, dry_run=dry)
+        self.otlp_store: OtlpStore | None = None
+        self.otlp_receiver: Any = None
+        """The OTLP receiver (``controller._otlp_receiver.OtlpReceiver``) when the spec
+        enables it or reads a signal from it."""
+        self.otlp_listen: tuple[str, int | None, int | None] | None = None
+        """(host, HTTP port, gRPC port) the receiver listens on; set by :meth:`expose_otlp`."""
+        if c.otlp_receiving:
+            from pdscale.controller._otlp_receiver import OtlpReceiver
+
+            o = c.otlp
+            self.otlp_store = OtlpStore(spec, started_s=self.clock.now(),
+                                        resolution_s=float(o.resolution),
+                                        stale_after_s=float(o.stale_after),
+                                        max_clock_skew_s=float(o.max_clock_skew))
+            self.otlp_receiver = OtlpReceiver(self.otlp_store, o, now=self.clock.now,
+                                              telemetry=self.telemetry)
+            self.telemetry.export_span_histograms(self.otlp_store)
+        self.signal_reader = SourcedReader(spec, self.reader, self.otlp_store)
         self.forecasts = build_forecasts(spec)
         if self.policy is None:
             self.policy = build_policy(spec, forecasts=self.forecasts)
@@ -198,7 +217,7 @@ class Controller:
                                         self.identity, float(c.leader_election.lease_duration),
                                         self.clock.now)
         self.reconciler = Reconciler(
-            self.policy, ClusterSource(spec, self.reader, self.kube,
+            self.policy, ClusterSource(spec, self.signal_reader, self.kube,
                                        extra_signals=self.extra_signals),
             self.kube, self.clock,
             constraints=Constraints.from_spec(spec), telemetry=self.telemetry,
@@ -272,6 +291,20 @@ class Controller:
         log.warning("%s", self.webhook_refusal)
         return self.webhook_refusal
 
+    def expose_otlp(self, host: str, *, http_port: int | None = None,
+                    grpc_port: int | None = None,
+                    allow_unauthenticated: bool = False) -> str | None:
+        """Where the OTLP receiver listens (ports default to the spec's), with the webhook's
+        rule on authentication; returns the refusal, or None. No receiver: None."""
+        if self.otlp_receiver is None:
+            return None
+        o = self.spec.controller.otlp
+        self.otlp_listen = (host, o.http_port if http_port is None else http_port,
+                            o.grpc_port if grpc_port is None else grpc_port)
+        refusal: str | None = self.otlp_receiver.expose(
+            host, allow_unauthenticated=allow_unauthenticated)
+        return refusal
+
     def _current_replicas(self, key: PoolKey) -> int | None:
         last = self.reconciler.last.get(key)
         if last is not None:
@@ -287,6 +320,10 @@ class Controller:
         # pay that here, before ready, not in the first tick or the first alert reaction.
         self.kube.prime()
         now = self.clock.now()
+        if not self.spec.controller.signal_sources.uses("prometheus"):
+            self.warm_result = {"ok": True, "points": {}, "skipped": "no signal is read from "
+                                "Prometheus: the forecasters start from the OTLP data"}
+            return self.warm_result
         try:
             taken = warm_from_history(self.spec, self.reader, self.forecasts, now_s=now,
                                       history_s=float(self.spec.controller.prometheus.history))
@@ -326,6 +363,9 @@ class Controller:
         """Warm up, then run the lease, reconcile and alert loops in background threads."""
         self._stop.clear()
         self.receiver.start()
+        if self.otlp_receiver is not None:
+            host, http_port, grpc_port = self.otlp_listen or ("127.0.0.1", None, None)
+            self.otlp_receiver.start(host, http_port=http_port, grpc_port=grpc_port)
 
         def lease_loop() -> None:
             assert self.elector is not None
@@ -353,6 +393,8 @@ class Controller:
             t.join(timeout=10)
         self._threads.clear()
         self.receiver.stop()
+        if self.otlp_receiver is not None:
+            self.otlp_receiver.stop()
         if self.elector is not None:
             self.elector.release()
         self.reconciler.close()
@@ -389,6 +431,15 @@ class Controller:
                 "lease": f"{self.elector.namespace}/{self.elector.name}",
                 "last_error": self.elector.last_error},
             "prometheus": self.reader.url,
+            "otlp": None if self.otlp_receiver is None else {
+                **self.otlp_receiver.snapshot(),
+                "pools": {f"{k[0]}/{k[1].value}": v for k, v in
+                          (self.otlp_store.pool_status(self.clock.now())
+                           if self.otlp_store is not None else {}).items()}},
+            "signal_sources": {f"{k[0]}/{k[1].value}": {s.value: src for s, src in v.items()}
+                               for k, v in self.signal_reader.answered.items()},
+            "signal_ages_s": {f"{k[0]}/{k[1].value}": {s.value: age for s, age in v.items()}
+                              for k, v in self.signal_reader.ages.items()},
             "warm_up": self.warm_result,
             "gpu_budget": self.spec.gpu_budget,
             "tick_s": self.reconciler.tick_s,

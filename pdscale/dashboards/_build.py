@@ -30,14 +30,16 @@ from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dash_m
 from grafana_foundation_sdk.models import prometheus as prom_m
 
-from pdscale.spec import Spec
+from pdscale.spec import Role, Spec
 from pdscale.telemetry import (
     SLO_OBJECTIVE_RECORD,
     SLO_THRESHOLD_RECORD,
+    STAGE_SIGNALS,
     Signal,
     recorded_name,
     signal_def,
     slo_error_ratio_record,
+    span_signals,
 )
 
 __all__ = ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"]
@@ -255,6 +257,36 @@ def _prefill(spec: Spec) -> dash_b.Dashboard:
         (_q(Signal.GPU_UTILIZATION_RATIO, _pool(role)), "{{pdscale_service}}")],
         "percentunit", width=6, soft_max=1))
     b = b.with_panel(_replicas_panel(role, width=24))
+    return _with_ttft_stages(spec, b)
+
+
+def _with_ttft_stages(spec: Spec, b: dash_b.Dashboard) -> dash_b.Dashboard:
+    """TTFT broken down by stage (queue, prefill, transfer), only where the engines' request
+    spans give it (the OTLP receiver runs, the engine's spans carry the stage): which stage
+    moved is the first question when TTFT swings."""
+    stages = [s for s in STAGE_SIGNALS
+              if any(s in span_signals(spec, service, role)
+                     for service in spec.services for role in Role)]
+    if not stages:
+        return b
+    b = b.with_row(dash_b.Row("TTFT by stage (request spans)"))
+    names = {Signal.TTFT_QUEUE_P95_S: "queue", Signal.TTFT_PREFILL_P95_S: "prefill",
+             Signal.TTFT_TRANSFER_P95_S: "transfer"}
+    for role, title, description in (
+            ("prefill", "TTFT p95 by stage, prefill pool",
+             "The 95th percentile of each stage of the prefill pool's requests, from the "
+             "engines' request spans: queue (waiting for a prefill slot: short of replicas), "
+             "prefill (the computation itself: prompt lengths, cache hits, the GPU), transfer "
+             "(the rest of TTFT: tokenisation, the hand-off). Percentiles of stages do not "
+             "add up to the TTFT percentile; compare each with the SLO."),
+            ("decode", "TTFT p95 by stage, decode pool",
+             "The same split as the decode engines see it: in P/D the KV transfer from "
+             "prefill shows as transfer (or queue, while the KV is awaited).")):
+        queries = [(_q(s, _pool(role)), f"{names[s]} {{{{pdscale_service}}}}") for s in stages]
+        queries.append((_q(Signal.TTFT_P95_S, _pool(role)), "TTFT {{pdscale_service}}"))
+        queries.append((f"{SLO_THRESHOLD_RECORD}{_sel(_pool('prefill'))}",
+                        "SLO {{pdscale_service}}"))
+        b = b.with_panel(_timeseries(title, queries, "s", fill=0, description=description))
     return b
 
 

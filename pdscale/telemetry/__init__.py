@@ -1,5 +1,6 @@
 """Telemetry: the signal catalog (engine metrics as PromQL for each pool), the Prometheus
-reader, and the controller's self-instrumentation with OpenTelemetry.
+reader, the OTLP signal source (engines' request spans and OTLP metrics), and the
+controller's self-instrumentation with OpenTelemetry.
 """
 
 from pdscale.telemetry._catalog import (
@@ -15,6 +16,8 @@ from pdscale.telemetry._catalog import (
     SLO_OBJECTIVE_RECORD,
     SLO_THRESHOLD_RECORD,
     SLO_WINDOWS,
+    SPAN_HISTOGRAM_SERIES,
+    STAGE_SIGNALS,
     SeriesRef,
     Signal,
     SignalDef,
@@ -27,6 +30,7 @@ from pdscale.telemetry._catalog import (
     metric_names_in,
     pool_expr,
     pool_query,
+    recorded_expr,
     recorded_name,
     series_refs,
     signal_def,
@@ -35,8 +39,13 @@ from pdscale.telemetry._catalog import (
     slo_bucket_ref,
     slo_error_ratio_expr,
     slo_error_ratio_record,
+    slo_source,
+    span_signals,
 )
+from pdscale.telemetry._collector import COLLECTOR_TOKEN_ENV, collector_config, collector_notes
 from pdscale.telemetry._instrument import ControllerTelemetry
+from pdscale.telemetry._otlp import STAGES, IngestResult, OtlpStore, StageHistogram
+from pdscale.telemetry._otlp_pools import resource_selector
 from pdscale.telemetry._reader import (
     POD_WORK_SIGNALS,
     PodWork,
@@ -51,6 +60,7 @@ from pdscale.telemetry._reader import (
 )
 
 __all__ = [
+    "COLLECTOR_TOKEN_ENV",
     "CONTROL_PLANE_METRICS",
     "DISPERSION_WINDOW",
     "DISPERSION_WINDOW_S",
@@ -64,7 +74,12 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "SPAN_HISTOGRAM_SERIES",
+    "STAGES",
+    "STAGE_SIGNALS",
     "ControllerTelemetry",
+    "IngestResult",
+    "OtlpStore",
     "PodWork",
     "PrometheusAuth",
     "PrometheusQueryError",
@@ -74,7 +89,10 @@ __all__ = [
     "Signal",
     "SignalDef",
     "SignalValue",
+    "StageHistogram",
     "UnknownSignal",
+    "collector_config",
+    "collector_notes",
     "derive_signals",
     "dispersion_window_samples",
     "dynamo_label_namespace",
@@ -86,7 +104,9 @@ __all__ = [
     "pool_expr",
     "pool_query",
     "read_pod_work",
+    "recorded_expr",
     "recorded_name",
+    "resource_selector",
     "series_refs",
     "signal_def",
     "slo_bucket_expr",
@@ -94,4 +114,6 @@ __all__ = [
     "slo_bucket_ref",
     "slo_error_ratio_expr",
     "slo_error_ratio_record",
+    "slo_source",
+    "span_signals",
 ]

@@ -41,13 +41,13 @@ nothing provides. Where the pool's series come from:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from string import Template
 from typing import Literal
 
-from pdscale.spec import Engine, Role, ServiceSpec
+from pdscale.spec import Engine, Role, ServiceSpec, SignalSource, Spec
 
 __all__ = [
     "CONTROL_PLANE_METRICS",
@@ -63,6 +63,8 @@ __all__ = [
     "SLO_OBJECTIVE_RECORD",
     "SLO_THRESHOLD_RECORD",
     "SLO_WINDOWS",
+    "SPAN_HISTOGRAM_SERIES",
+    "STAGE_SIGNALS",
     "SeriesRef",
     "Signal",
     "SignalDef",
@@ -74,12 +76,15 @@ __all__ = [
     "metric_names_in",
     "pool_expr",
     "pool_query",
+    "recorded_expr",
     "recorded_name",
     "series_refs",
     "signal_def",
     "slo_bucket_ref",
     "slo_error_ratio_expr",
     "slo_error_ratio_record",
+    "slo_source",
+    "span_signals",
 ]
 
 POOL_LABELS = ("pdscale_service", "pdscale_pool")
@@ -128,6 +133,10 @@ class Signal(StrEnum):
     TTFT_P95_S = "ttft_p95_s"
     TTFT_P95_RECENT_S = "ttft_p95_recent_s"
     TTFT_P99_S = "ttft_p99_s"
+    # TTFT by stage, from the engines' request spans (the OTLP source).
+    TTFT_QUEUE_P95_S = "ttft_queue_p95_s"
+    TTFT_PREFILL_P95_S = "ttft_prefill_p95_s"
+    TTFT_TRANSFER_P95_S = "ttft_transfer_p95_s"
     ITL_P50_S = "itl_p50_s"
     ITL_P95_S = "itl_p95_s"
     ITL_P95_RECENT_S = "itl_p95_recent_s"
@@ -208,6 +217,14 @@ _DEFS: tuple[SignalDef, ...] = (
        "Time to first token, 95th percentile over the last minute"),
     _d(Signal.TTFT_P99_S, "pdscale_pool:time_to_first_token_seconds:p99_rate5m", "s",
        "Time to first token, 99th percentile over 5m"),
+    _d(Signal.TTFT_QUEUE_P95_S, "pdscale_pool:ttft_queue_seconds:p95_rate5m", "s",
+       "Time requests waited in the engine's queue before their prefill, 95th percentile "
+       "over 5m (request spans)"),
+    _d(Signal.TTFT_PREFILL_P95_S, "pdscale_pool:ttft_prefill_seconds:p95_rate5m", "s",
+       "Prefill time to the first token, 95th percentile over 5m (request spans)"),
+    _d(Signal.TTFT_TRANSFER_P95_S, "pdscale_pool:ttft_transfer_seconds:p95_rate5m", "s",
+       "Time to first token outside the queue and the prefill (KV transfer in P/D, "
+       "tokenisation), 95th percentile over 5m (request spans)"),
     _d(Signal.ITL_P50_S, "pdscale_pool:inter_token_latency_seconds:p50_rate5m", "s",
        "Inter-token latency, median over 5m"),
     _d(Signal.ITL_P95_S, "pdscale_pool:inter_token_latency_seconds:p95_rate5m", "s",
@@ -311,6 +328,25 @@ alert reactions."""
 
 CONTROL_PLANE_METRICS = frozenset(d.series for d in _DEFS if d.scope == "control") | \
     _CONTROLLER_OWN
+
+SPAN_HISTOGRAM_SERIES = {
+    "ttft": "pdscale_otlp_time_to_first_token_seconds",
+    "queue": "pdscale_otlp_queue_time_seconds",
+    "prefill": "pdscale_otlp_prefill_time_seconds",
+    "transfer": "pdscale_otlp_transfer_time_seconds",
+    "itl": "pdscale_otlp_inter_token_latency_seconds",
+    "e2e": "pdscale_otlp_e2e_request_latency_seconds",
+}
+"""Latency stage -> the histogram pdscale re-exports from the engines' request spans (its OTLP
+receiver), labelled with the pool, at the service's latency buckets (which hold its SLO
+threshold); the recording rules read them where the spec reads a signal from OTLP."""
+
+_OTLP_OWN = frozenset({
+    "pdscale_otlp_accepted_total", "pdscale_otlp_dropped_total", "pdscale_otlp_refused_total",
+    *(f"{series}{part}" for series in SPAN_HISTOGRAM_SERIES.values()
+      for part in ("_bucket", "_count", "_sum"))})
+"""Series the controller exports only while its OTLP receiver runs (controller._otlp_receiver:
+what it took, dropped and refused; the span-derived stage histograms)."""
 
 
 def derive_signals(values: Mapping[Signal, float | None]) -> dict[Signal, float | None]:
@@ -695,6 +731,8 @@ def _selector_pairs(service: ServiceSpec, role: Role) -> dict[str, list[tuple[st
         "fe": [ns, ("model", "=", service.model_name)],
         "gpu": [ns, pod],
         "tgt": [ns, pod],
+        # pdscale's own re-export of the pool's request spans: its pool labels, exact.
+        "otlp": [("pdscale_service", "=", service.name), ("pdscale_pool", "=", role.value)],
     }
 
 
@@ -720,11 +758,12 @@ def pool_expr(signal: Signal | str, service: ServiceSpec, role: Role, *,
     return Template(table[key]).substitute(_selectors(service, role), w=window)
 
 
-Source = Literal["eng", "wrk", "fe", "gpu", "tgt"]
+Source = Literal["eng", "wrk", "fe", "gpu", "tgt", "otlp"]
 SOURCE_NAMES: dict[str, str] = {
     "eng": "the pool's engine pods", "wrk": "the pool's Dynamo workers (runtime series)",
     "fe": "the Dynamo frontend", "gpu": "the DCGM exporter (the pool's GPUs)",
-    "tgt": "the pool's scrape targets"}
+    "tgt": "the pool's scrape targets",
+    "otlp": "pdscale's re-exported request-span histograms (its OTLP receiver)"}
 
 
 @dataclass(frozen=True)
@@ -796,14 +835,87 @@ def le_matcher(threshold_s: float) -> str:
     return f'le="{text}"'
 
 
+# --------------------------------------------------------------------------------------------
+# Span-derived recording rules: the histograms pdscale re-exports from the engines' request
+# spans (SPAN_HISTOGRAM_SERIES) read like an engine's, so alerts and dashboards run on span
+# data where the spec reads latency from OTLP, and TTFT splits into its stages.
+
+STAGE_SIGNALS: dict[Signal, str] = {
+    Signal.TTFT_QUEUE_P95_S: "queue",
+    Signal.TTFT_PREFILL_P95_S: "prefill",
+    Signal.TTFT_TRANSFER_P95_S: "transfer",
+}
+"""TTFT by stage: signal -> the stage of the request span it is the 95th percentile of."""
+
+_SPAN: dict[Signal, str] = {
+    Signal.TTFT_P50_S: _q(0.5, SPAN_HISTOGRAM_SERIES["ttft"], "$otlp"),
+    Signal.TTFT_P95_S: _q(0.95, SPAN_HISTOGRAM_SERIES["ttft"], "$otlp"),
+    Signal.TTFT_P99_S: _q(0.99, SPAN_HISTOGRAM_SERIES["ttft"], "$otlp"),
+    Signal.TTFT_P95_RECENT_S: Template(_q(0.95, SPAN_HISTOGRAM_SERIES["ttft"], "$otlp"))
+    .safe_substitute(w=RECENT_WINDOW),
+    **{signal: _q(0.95, SPAN_HISTOGRAM_SERIES[stage], "$otlp")
+       for signal, stage in STAGE_SIGNALS.items()},
+    Signal.ITL_P50_S: _q(0.5, SPAN_HISTOGRAM_SERIES["itl"], "$otlp"),
+    Signal.ITL_P95_S: _q(0.95, SPAN_HISTOGRAM_SERIES["itl"], "$otlp"),
+    Signal.E2E_P95_S: _q(0.95, SPAN_HISTOGRAM_SERIES["e2e"], "$otlp"),
+}
+
+_SPAN_STAGES: dict[Engine, frozenset[Signal]] = {
+    Engine.VLLM: frozenset(STAGE_SIGNALS),
+    Engine.SGLANG: frozenset({Signal.TTFT_PREFILL_P95_S}),
+}
+"""The TTFT stages each engine's request span gives (tests/telemetry/reference/
+engine_spans.json): vLLM's ``llm_request`` has its queue and prefill time, the transfer is the
+rest of TTFT; SGLang's request span has no queue time (its prefill counts from dispatch), so
+neither a queue nor a transfer stage."""
+
+
+def span_signals(spec: Spec, service: ServiceSpec, role: Role) -> frozenset[Signal]:
+    """The signals of this pool whose recording rules read pdscale's re-exported span
+    histograms: while the spec runs the OTLP receiver, TTFT by stage where the engine's spans
+    give it, and each latency signal the spec reads from OTLP (or both)."""
+    controller = spec.controller
+    if not controller.otlp_receiving:
+        return frozenset()
+    sources = controller.signal_sources
+    return _SPAN_STAGES.get(service.engine, frozenset()) | frozenset(
+        s for s in _SPAN if s not in STAGE_SIGNALS and sources.source(s.value) != "prometheus")
+
+
+def recorded_expr(spec: Spec, signal: Signal | str, service: ServiceSpec, role: Role) -> str:
+    """PromQL of the recording rule of one signal of one pool: over the engine's series
+    (:func:`pool_expr`), over the re-exported span histogram where the spec reads the signal
+    from OTLP, or for ``both`` the span value where there is one and the engine's else (as the
+    controller reads them)."""
+    key = Signal(signal)
+    if key not in span_signals(spec, service, role):
+        return pool_expr(key, service, role)
+    span = Template(_SPAN[key]).substitute(_selectors(service, role), w=RATE_WINDOW)
+    if key in STAGE_SIGNALS or key not in _engine_table(service, role) or \
+            spec.controller.signal_sources.source(key.value) == "otlp":
+        return span
+    return f"({span}) or ({pool_expr(key, service, role)})"
+
+
+def slo_source(spec: Spec, kind: Literal["ttft", "itl"]) -> SignalSource:
+    """Where the SLO error ratios of ``kind`` are read: the source of its p95 signal
+    (``ttft_p95_s``, ``itl_p95_s``) while the OTLP receiver runs, else Prometheus."""
+    if not spec.controller.otlp_receiving:
+        return "prometheus"
+    return spec.controller.signal_sources.source(f"{kind}_p95_s")
+
+
 def slo_error_ratio_record(kind: Literal["ttft", "itl"], window: str) -> str:
     return f"pdscale_pool:{kind}_slo_errors:ratio_rate{window}"
 
 
-def _slo_series(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> tuple[str, str] | None:
+def _slo_series(service: ServiceSpec, kind: Literal["ttft", "itl"], *, spans: bool = False
+                ) -> tuple[str, str] | None:
     """The pool's SLO histogram series: its bucket at the SLO threshold and its count, as
-    selectors (None when the engine has no histogram for ``kind``)."""
-    histogram = _SLO_HISTOGRAMS[service.engine].get(kind)
+    selectors (None when the engine has no histogram for ``kind``); with ``spans``, those of
+    pdscale's re-exported span histogram."""
+    histogram = (SPAN_HISTOGRAM_SERIES[kind], "$otlp") if spans \
+        else _SLO_HISTOGRAMS[service.engine].get(kind)
     if histogram is None:
         return None
     metric, sel = histogram
@@ -813,29 +925,44 @@ def _slo_series(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> tuple[str
             Template(f"{metric}_count{{{sel}}}").substitute(selectors))
 
 
+def _from_sources(service: ServiceSpec, kind: Literal["ttft", "itl"], source: SignalSource,
+                  expr: Callable[[tuple[str, str]], str]) -> str | None:
+    """``expr`` over the SLO histogram ``source`` names: the engine's, the re-exported span
+    histogram's, or for ``both`` the span value where there is one and the engine's else."""
+    engine = _slo_series(service, kind)
+    spans = _slo_series(service, kind, spans=True)
+    assert spans is not None
+    if source == "prometheus":
+        return None if engine is None else expr(engine)
+    if source == "otlp" or engine is None:
+        return expr(spans)
+    return f"({expr(spans)}) or ({expr(engine)})"
+
+
 def slo_error_ratio_expr(service: ServiceSpec, kind: Literal["ttft", "itl"],
-                         window: str) -> str | None:
-    """Share of requests slower than the SLO threshold over a window, or None when the engine
-    has no histogram for it."""
-    series = _slo_series(service, kind)
-    if series is None:
-        return None
-    bucket, count = series
-    good = f"sum by (namespace) (rate({bucket}[{window}]))"
-    total = f"sum by (namespace) (rate({count}[{window}]))"
-    return f"1 - ({good} / ({total} > 0))"
+                         window: str, *, source: SignalSource = "prometheus") -> str | None:
+    """Share of requests slower than the SLO threshold over a window, or None when the
+    histogram ``source`` names (:func:`slo_source`) does not exist for it."""
+    def ratio(series: tuple[str, str]) -> str:
+        bucket, count = series
+        good = f"sum by (namespace) (rate({bucket}[{window}]))"
+        total = f"sum by (namespace) (rate({count}[{window}]))"
+        return f"1 - ({good} / ({total} > 0))"
+    return _from_sources(service, kind, source, ratio)
 
 
 def slo_bucket_record(kind: Literal["ttft", "itl"]) -> str:
     return f"pdscale_pool:{kind}_slo_bucket:series"
 
 
-def slo_bucket_expr(service: ServiceSpec, kind: Literal["ttft", "itl"]) -> str | None:
+def slo_bucket_expr(service: ServiceSpec, kind: Literal["ttft", "itl"], *,
+                    source: SignalSource = "prometheus") -> str | None:
     """How many series of the SLO histogram have a bucket at the SLO threshold (None when the
-    engine has no histogram for it). Absent while the histogram itself is there, the engine
-    runs with buckets that miss the threshold and every SLO error ratio is empty."""
-    series = _slo_series(service, kind)
-    return None if series is None else f"count by (namespace) ({series[0]})"
+    histogram ``source`` names does not exist for it). Absent while the histogram itself is
+    there, the engine runs with buckets that miss the threshold and every SLO error ratio is
+    empty."""
+    return _from_sources(service, kind, source,
+                         lambda series: f"count by (namespace) ({series[0]})")
 
 
 def signal_def(signal: Signal | str) -> SignalDef:
@@ -914,7 +1041,7 @@ def _known_metrics() -> frozenset[str]:
     for hist in _SLO_HISTOGRAMS.values():
         for metric, _ in hist.values():
             names |= {metric + "_bucket", metric + "_count"}
-    names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN
+    names |= {d.series for d in _DEFS if d.series} | _CONTROLLER_OWN | _OTLP_OWN
     names |= {slo_error_ratio_record(k, w) for k in ("ttft", "itl") for w in SLO_WINDOWS}
     names |= {slo_bucket_record(k) for k in ("ttft", "itl")}
     names |= {SLO_OBJECTIVE_RECORD, SLO_THRESHOLD_RECORD}

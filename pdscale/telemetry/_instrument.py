@@ -26,9 +26,49 @@ from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from pdscale.spec import PoolKey, Spec
-from pdscale.telemetry._catalog import Signal
+from pdscale.telemetry._catalog import SPAN_HISTOGRAM_SERIES, Signal
+from pdscale.telemetry._otlp import OtlpStore
 
-__all__ = ["ControllerTelemetry"]
+__all__ = ["SPAN_HISTOGRAMS", "ControllerTelemetry"]
+
+
+SPAN_HISTOGRAMS = {stage: (SPAN_HISTOGRAM_SERIES[stage], help_) for stage, help_ in (
+    ("ttft", "Time to first token from the engines' request spans"),
+    ("queue", "Time in the engine's queue before the prefill, from request spans"),
+    ("prefill", "Prefill time to the first token, from request spans"),
+    ("transfer", "Time to first token outside the queue and the prefill (KV transfer, "
+                 "tokenisation), from request spans"),
+    ("itl", "Mean time per output token of each request, from request spans"),
+    ("e2e", "End-to-end request latency from request spans"))}
+"""Stage -> (series, help) of the re-exported span histograms."""
+
+
+class _SpanHistograms:
+    """A prometheus_client collector over the OTLP store's stage histograms."""
+
+    def __init__(self, store: OtlpStore, labels: Any) -> None:
+        self._store = store
+        self._labels = labels
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        histograms = self._store.histograms()
+        for stage, (name, help_) in SPAN_HISTOGRAMS.items():
+            family = HistogramMetricFamily(name, help_, labels=[
+                "namespace", "model_name", "pdscale_service", "pdscale_pool"])
+            for key, stages in sorted(histograms.items()):
+                h = stages[stage]
+                if not h.count:  # a stage this pool's spans do not give: no series, not zeros
+                    continue
+                labels = self._labels(key)
+                # ``le`` as Python clients write it (0.5, 1.0), which le_matcher matches.
+                buckets = [(repr(float(b)), float(c))
+                           for b, c in zip(h.bounds, h.counts, strict=True)]
+                buckets.append(("+Inf", float(h.count)))
+                family.add_metric([labels.get("namespace", ""), labels.get("model_name", ""),
+                                   key[0], key[1].value], buckets, h.sum_s)
+            yield family
 
 
 class _Gauge:
@@ -129,6 +169,16 @@ class ControllerTelemetry:
         self.alerts_received = m.create_counter(
             "pdscale_alerts_received", description="Alerts received by severity and status")
         self._drain_instruments(m)
+        self.otlp_accepted = m.create_counter(
+            "pdscale_otlp_accepted", description="Request spans and metric points the OTLP "
+            "receiver took, by item (spans, points)")
+        self.otlp_dropped = m.create_counter(
+            "pdscale_otlp_dropped", description="Request spans and metric points the OTLP "
+            "receiver dropped, by item and reason (unknown_pool, invalid_timing, clock_skew, "
+            "...)")
+        self.otlp_refused = m.create_counter(
+            "pdscale_otlp_refused", description="OTLP export requests refused, by reason "
+            "(auth, malformed, content_type, too_large, buffer_full, exposed)")
         if spec is not None and spec.gpu_budget is not None:
             self.budget.set(spec.gpu_budget, {})
         # Counters start at 0 (Prometheus practice), so the first error shows up in rate().
@@ -140,7 +190,7 @@ class ControllerTelemetry:
         if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             return False
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter,
             )
         except ImportError:
@@ -252,6 +302,12 @@ class ControllerTelemetry:
 
     def record_draining(self, key: PoolKey, replicas: int) -> None:
         self.drain_replicas.set(replicas, self.labels(key))
+
+    def export_span_histograms(self, store: OtlpStore) -> None:
+        """Re-export the OTLP store's span-derived latency histograms on ``/metrics``
+        (``pdscale_otlp_*_seconds``, buckets at the service's latency buckets, which hold its
+        SLO threshold), so recording rules and alerts can read span data too."""
+        self.registry.register(_SpanHistograms(store, self.labels))
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)

@@ -1,6 +1,7 @@
 """Degraded means degraded: the targets a planned scale-down removed, an idle pool before its
 first request and a Prometheus outage each get their own state and reason, and an outage is
-one short log line, not one a tick."""
+one short log line, not one a tick. A pool whose requests show only in its request spans is
+not idle."""
 
 from __future__ import annotations
 
@@ -10,18 +11,21 @@ from collections.abc import Sequence
 import pytest
 
 from pdscale.controller import build_forecasts, build_policy
-from pdscale.controller._cluster import ClusterSource
+from pdscale.controller._cluster import ClusterSource, SourcedReader
 from pdscale.controller._constraints import Constraints
 from pdscale.controller._kube import ScaleStatus
 from pdscale.controller._reconciler import ERROR_REPEAT_S, Reconciler
-from pdscale.spec import PoolKey, Role, Spec, parse_spec
+from pdscale.spec import PoolKey, Role, Spec, load_spec, parse_spec
 from pdscale.telemetry import (
     ControllerTelemetry,
+    OtlpStore,
     PrometheusUnavailable,
     Signal,
     SignalValue,
 )
+from tests.conftest import ROOT
 from tests.controller.memory_cluster import ManualClock
+from tests.telemetry.otlp_fixtures import Req, trace_request, vllm_resource
 
 SPEC = """
 version: 1
@@ -60,14 +64,14 @@ class Reader:
             raise PrometheusUnavailable("cannot connect to http://127.0.0.1:9090 (Connection "
                                         "refused; is Prometheus up?)")
         got = {s: self.values.get(s, SignalValue(None, None)) for s in signals}
-        return {P: dict(got), D: dict(got)}
+        return {(svc.name, role): dict(got) for svc in spec.services for role in svc.pools}
 
 
 class Pools:
     """The actuator's view: desired, existing and ready replicas per pool."""
 
-    def __init__(self, replicas: int) -> None:
-        self.desired = {P: replicas, D: replicas}
+    def __init__(self, replicas: int, keys: Sequence[PoolKey] = (P, D)) -> None:
+        self.desired = dict.fromkeys(keys, replicas)
         self.events: list[tuple[PoolKey, str, str]] = []
 
     def read_statuses(self, keys: Sequence[PoolKey]) -> dict[PoolKey, ScaleStatus]:
@@ -121,6 +125,34 @@ def test_an_idle_pool_before_its_first_request_is_idle_and_held() -> None:
         assert d.detail["data_state"] == "idle"
         assert d.reasons[-1].startswith("idle: no request counted yet")
         assert not any(r.startswith("degraded") for r in d.reasons)
+
+
+def test_a_pool_whose_requests_show_only_in_spans_is_not_idle() -> None:
+    """examples/vllm-otlp.yaml: latency from the request spans, the request and token counts
+    from Prometheus, which has none (an engine that exports them from its first request, a
+    scrape that misses them). The spans show the prefill pool serving: it is decided on, not
+    held as idle; the decode pool, with no span and no request series, still is idle."""
+    spec = load_spec(ROOT / "examples" / "vllm-otlp.yaml")
+    prefill, decode = ("llama-otel", Role.PREFILL), ("llama-otel", Role.DECODE)
+    now = 1_700_000_000.0
+    store = OtlpStore(spec, started_s=now - 600)
+    reqs = [Req(end_s=now - 30 + i * 0.1, ttft_s=0.8, queue_s=0.5, prefill_s=0.2)
+            for i in range(100)]
+    pod = vllm_resource("llama-otel-prefill-0", namespace="llm-otel")
+    assert store.ingest_traces(trace_request({pod: reqs}), now_s=now).accepted == 100
+    prometheus = Reader()
+    for signal in (Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_PER_S,
+                   Signal.GENERATION_TOKENS_PER_S):
+        prometheus.values.pop(signal)
+    reader = SourcedReader(spec, prometheus, store)  # type: ignore[arg-type]
+    source = ClusterSource(spec, reader, Pools(1, (prefill, decode)))  # type: ignore[arg-type]
+    pools = source.observe(now).observation.pools
+    assert reader.answered[prefill][Signal.TTFT_P95_S] == "otlp"
+    assert reader.answered[prefill][Signal.REQUEST_RATE] is None
+    assert (pools[prefill].data_state, pools[prefill].note) == ("ok", None)
+    assert pools[prefill].signals[Signal.TTFT_P95_S] == pytest.approx(0.8, rel=0.05)
+    assert pools[decode].data_state == "idle"
+    assert reader.served == {prefill}
 
 
 def test_a_prometheus_outage_says_prometheus_and_logs_one_short_line(

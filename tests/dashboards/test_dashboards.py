@@ -134,3 +134,32 @@ def test_slo_attainment_turns_green_at_each_services_own_objective(
                       if o["matcher"]["id"] == "byName"}
         assert by_service == {s.name: s.slo.objective for s in spec.services}
         assert all(t["legendFormat"] == "{{pdscale_service}}" for t in panel["targets"])
+
+
+def _stage_row(spec: Spec) -> list[tuple[str, str]]:
+    """(panel title, expr) of the prefill dashboard's TTFT-by-stage row, empty without it."""
+    doc = next(d for d in build_dashboards(spec) if d.uid.endswith("-prefill"))
+    panels = doc.model["panels"]
+    rows = [i for i, p in enumerate(panels) if p["type"] == "row"
+            and p["title"].startswith("TTFT by stage")]
+    if not rows:
+        return []
+    return [(p["title"], t["expr"]) for p in panels[rows[0] + 1:] for t in p["targets"]]
+
+
+def test_ttft_by_stage_is_charted_where_spans_give_the_stages() -> None:
+    from pdscale.spec import load_spec
+    from pdscale.telemetry import STAGE_SIGNALS, recorded_name
+    from tests.conftest import ROOT
+
+    spec = load_spec(ROOT / "examples" / "vllm-otlp.yaml")
+    queries = _stage_row(spec)
+    titles = {title for title, _ in queries}
+    assert titles == {"TTFT p95 by stage, prefill pool", "TTFT p95 by stage, decode pool"}
+    for role in ("prefill", "decode"):
+        exprs = [e for t, e in queries if role in t]
+        for signal in STAGE_SIGNALS:  # vLLM's spans give all three
+            assert any(e.startswith(recorded_name(signal) + "{") and
+                       f'pdscale_pool="{role}"' in e for e in exprs), (role, signal)
+    # Without the OTLP receiver no span gives a stage: no row.
+    assert _stage_row(load_spec(ROOT / "examples" / "vllm.yaml")) == []
