@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TypeGuard
 
+from pdscale.controller._observe import usable_length
 from pdscale.controller._perf import (
     HEADROOM,
     DecodePoint,
@@ -304,12 +304,6 @@ def _running_note(share: float | None, load: float) -> str:
     if share is None or share <= RUNNING_SHOWN * load:
         return ""
     return f", with {share:.0%} of the planned sequences running now"
-
-
-def usable_length(reading: float | None) -> TypeGuard[float]:
-    """A length reading the mix can take: present, positive and finite (an engine with no
-    request yet reads NaN, a broken counter ratio inf)."""
-    return reading is not None and 0 < reading < math.inf
 
 
 def _track(mean: float, readings: int, reading: float | None) -> tuple[float, int]:

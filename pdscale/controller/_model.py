@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from pdscale.controller._capacity import usable_length
 from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import (
     Cause,
@@ -41,13 +40,16 @@ from pdscale.controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from pdscale.controller._perf import uncached_prefill_demand
-from pdscale.controller._policy import (
+from pdscale.controller._observe import (
+    DEMAND_SIGNAL,
+    LATENCY_SIGNAL,
     ColdStartTracker,
     _peak_demand,
     degraded_decision,
     forecast_for,
+    usable_length,
 )
+from pdscale.controller._perf import uncached_prefill_demand
 from pdscale.controller._profiles import InstanceProfile
 from pdscale.controller._queueing import (
     DecodeLoad,
@@ -58,7 +60,6 @@ from pdscale.controller._queueing import (
     prefill_replicas,
     ttft_floor_s,
 )
-from pdscale.controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import Signal
 

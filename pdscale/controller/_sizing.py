@@ -79,10 +79,11 @@ from typing import Literal
 
 import numpy as np
 
+from pdscale.controller._observe import DEMAND_SIGNAL, LATENCY_SIGNAL
 from pdscale.spec import Role
-from pdscale.telemetry import DISPERSION_WINDOW_S, Signal
+from pdscale.telemetry import DISPERSION_WINDOW_S
 
-__all__ = ["DEMAND_SIGNAL", "LATENCY_SIGNAL", "SPREAD_READINGS", "TAIL_Z", "Need", "SizingInputs",
+__all__ = ["SPREAD_READINGS", "TAIL_Z", "Need", "SizingInputs",
            "running_spread", "size"]
 
 TAIL_Z = NormalDist().inv_cdf(0.95)
@@ -102,11 +103,6 @@ def running_spread(readings: Sequence[float]) -> float | None:
     if len(readings) < SPREAD_READINGS:
         return None
     return float(np.median(np.abs(np.diff(readings)))) * _MAD_TO_SIGMA
-
-
-DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
-                 Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
-LATENCY_SIGNAL = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 
 
 @dataclass(frozen=True)
