@@ -225,9 +225,6 @@ class SizingSettings(_Model):
     from the pool's profile, its SLO or a measurement. The scale-up quantile, the
     stabilisation window and the step down are the controller's own settings."""
 
-    model: Literal["rules", "queueing"] = Field(
-        default="rules", description="rules: the rule-based sizing; queueing: one queueing "
-        "model (prefill an M/G/c queue, decode Little's law in batches), see docs/sizing.md")
     calibration_rate: float = Field(
         default=0.2, gt=0, le=1, description="Share of the way the pool's correction moves "
         "towards what one latency reading implies (0.2: about five readings to follow a "

@@ -63,7 +63,7 @@ from pdscale.controller._queueing import (
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import Signal
 
-__all__ = ["Correction", "QueueingPolicy"]
+__all__ = ["Correction", "PdscalePolicy"]
 
 PROMPT_TOKENS_UNREAD = 1000.0
 OUTPUT_TOKENS_UNREAD = 200.0
@@ -137,7 +137,7 @@ class _Prefill:
     rate_fallbacks: tuple[str, ...]
 
 
-class QueueingPolicy:
+class PdscalePolicy:
     """See the module docstring."""
 
     name = "pdscale"
