@@ -397,7 +397,7 @@ def test_the_controller_scales_down_under_load_and_fails_no_request(
     (after a short stabilisation) while requests stream; SIGTERM drains them, so the client
     sees no failed or cut request."""
     raw = _spec(tmp_path).model_dump(mode="json", exclude_unset=True, by_alias=True)
-    raw["controller"].update({"stabilisation": "10s", "burst_window": "10s"})
+    raw["controller"].update({"stabilisation": "10s"})
     run = running(parse_spec(yaml.safe_dump(raw)), replicas={Role.PREFILL: 1, Role.DECODE: 3})
     _warm(run)
     start = len(_decisions(run))
