@@ -133,10 +133,6 @@ class PoolForecast:
     """The quantile the pool is sized for (the spec's ``scale_up_quantile``)."""
     trained_horizons_s: tuple[float, float]
     """The horizons the model was trained for; beyond them it extrapolates."""
-    ceiling: float | None = None
-    """The highest demand at the sized quantile up to ``ceiling_horizon_s`` ahead, where the
-    forecaster has a day of history (None: less): the burst hold is kept to it."""
-    ceiling_horizon_s: float | None = None
 
     @property
     def sized_value(self) -> float:
@@ -147,8 +143,7 @@ class PoolForecast:
         """JSON for /v1/forecast and the forecast gauge."""
         return {"at_s": self.at_s, "horizons_s": list(self.horizons_s),
                 "quantiles": {f"{q:g}": list(v) for q, v in self.quantiles.items()},
-                "trained_horizons_s": list(self.trained_horizons_s),
-                "ceiling": self.ceiling, "ceiling_horizon_s": self.ceiling_horizon_s}
+                "trained_horizons_s": list(self.trained_horizons_s)}
 
 
 @dataclass(frozen=True)

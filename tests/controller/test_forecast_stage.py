@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pdscale.controller import ForecastStage, NoForecast, PoolForecast
 from pdscale.spec import ControllerSettings, Role
@@ -21,31 +20,6 @@ def _feed(stage: ForecastStage, minutes: int, start: float = 0.0) -> None:
     for i in range(minutes * 4):  # a tick every 15 s
         t = start + 15.0 * i
         stage.observe(KEY, t, 10_000.0 + 2_000.0 * math.sin(t / 3600))
-
-
-def test_a_forecaster_with_a_day_of_history_gives_the_hold_its_ceiling() -> None:
-    """Under a day of history there is no ceiling; from a day on, the forecast carries the
-    highest sized quantile up to the longest trained horizon (ten minutes), while its horizons
-    and quantiles stay those of the lead."""
-    stage = _stage()
-    _feed(stage, 23 * 60)
-    stage.refit(KEY, 23 * 3600.0)
-    short = stage.forecast(KEY, 23 * 3600.0, 150.0)
-    assert isinstance(short, PoolForecast) and short.ceiling is None
-    assert short.as_dict()["ceiling"] is None
-    _feed(stage, 70, start=23 * 3600.0)
-    now = 23 * 3600.0 + 70 * 60.0
-    stage.refit(KEY, now)
-    stage.refresh_forecast(KEY, now)  # what the worker does after a refit
-    got = stage.forecast(KEY, now, 150.0)
-    assert isinstance(got, PoolForecast) and got.horizons_s == (60.0, 120.0, 180.0)
-    fc = stage.forecasters[KEY]
-    table = fc.forecast(np.arange(60.0, 660.0, 60.0))
-    assert got.ceiling == pytest.approx(float(np.max(table[:, -1])))
-    assert got.ceiling_horizon_s == 600.0 and got.as_dict()["ceiling"] == got.ceiling
-    assert got.quantiles[0.9] == pytest.approx(tuple(table[:3, -1]))  # the lead's, unchanged
-    longer = stage._compute(KEY, fc, now, 900.0)  # a lead past ten minutes: the ceiling's own
-    assert longer.horizons_s[-1] == 900.0 and longer.ceiling == pytest.approx(got.ceiling)
 
 
 def test_no_forecast_until_there_is_history_and_a_fit() -> None:
