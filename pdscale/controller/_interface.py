@@ -96,20 +96,12 @@ class Cause(StrEnum):
     STEADY = "steady"
     """Nothing to change."""
     FORECAST = "forecast"
-    """Sized up for the demand forecast one lead ahead (or the demand now)."""
-    TAIL = "tail"
-    """Sized up by a tail model over the demand's need: prefill's (the arriving work's 95th
-    percentile within seconds, from the prompt tokens' measured dispersion) or decode's (the
-    running sequences' 95th percentile, from their spread between readings)."""
-    REACTIVE = "reactive"
-    """Latency over the SLO or a backlog: sized to drain it (the reactive path), or a prefill
-    backlog sized to be served within the TTFT SLO (the burst)."""
+    """Sized up for the load (the demand now, its busiest minute or its forecast one lead
+    ahead) and any backlog."""
     SCALE_DOWN = "scale_down"
     """The need stayed lower for the stabilisation window."""
     DEGRADED = "degraded"
     """The data cannot be trusted: held, never scaled down."""
-    BOUND = "bound"
-    """The pool's min or max replicas."""
     BUDGET = "budget"
     """The GPU budget shared across pools."""
     RATIO = "ratio"

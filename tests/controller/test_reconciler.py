@@ -343,7 +343,7 @@ def test_a_degraded_pool_is_never_scaled_down_but_may_grow() -> None:
     hold_degraded(down, obs)
     assert down[key].desired_replicas == 4 and down[key].cause == "degraded"
     assert "1 of 4 scrape targets down" in down[key].reasons[-1]
-    up = {key: PoolDecision(6, ("reactive",), "reactive")}
+    up = {key: PoolDecision(6, ("forecast",), "forecast")}
     hold_degraded(up, obs)
-    assert up[key].desired_replicas == 6 and up[key].cause == "reactive"
+    assert up[key].desired_replicas == 6 and up[key].cause == "forecast"
     assert up[key].detail["degraded"] == "1 of 4 scrape targets down"

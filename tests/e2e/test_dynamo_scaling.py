@@ -175,7 +175,7 @@ def test_a_prompt_heavy_step_scales_prefill_not_decode(running: Any, tmp_path: P
     result = out[0].summary
     assert result["errors"] == 0, result["error_kinds"]
     why = next(d for d in _decisions(run)[start:] if d.pool == P and d.desired >= 2)
-    assert why.cause in ("reactive", "tail", "forecast"), why.reasons
+    assert why.cause == "forecast", why.reasons
 
 
 def test_a_decode_heavy_step_scales_decode_not_prefill(running: Any, tmp_path: Path) -> None:

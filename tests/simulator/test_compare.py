@@ -77,8 +77,7 @@ def test_the_simulation_runs_the_production_reconciler_with_the_spec_s_constrain
         return max(r["prefill_desired"] + r["decode_desired"] for r in rows)
 
     assert most_gpus(free) > 4
-    assert {d["cause"] for d in free.decisions} <= {"steady", "scale_down", "forecast",
-                                                     "reactive", "bound"}
+    assert {d["cause"] for d in free.decisions} <= {"steady", "scale_down", "forecast"}
     capped, _ = simulate(spec.model_copy(update={"gpu_budget": 4}), options)
     assert most_gpus(capped) <= 4
     assert capped.summary["slo_attainment"] < free.summary["slo_attainment"]
