@@ -105,8 +105,8 @@ def _signal_values() -> dict[Any, float]:
               Signal.PREFIX_CACHE_HIT_RATIO: 0.3, Signal.TTFT_P95_S: 0.3,
               Signal.ITL_P95_S: 0.03, Signal.QUEUE_DEPTH: 1.0, Signal.REQUEST_RATE: 60.0,
               Signal.PROMPT_TOKENS_COMPUTED_PER_S: 105_000.0, Signal.TTFT_P95_RECENT_S: 0.3,
-              Signal.PROMPT_TOKENS_PEAK_PER_S: 180_000.0, Signal.KV_CACHE_USAGE_RATIO: 0.4,
-              Signal.RUNNING_REQUESTS: 40.0, Signal.PROMPT_TOKENS_DISPERSION: 30_000.0}
+              Signal.PROMPT_TOKENS_PEAK_PER_S: 180_000.0, Signal.RUNNING_REQUESTS: 40.0,
+              Signal.PROMPT_TOKENS_DISPERSION: 30_000.0}
     missing = [s.value for s in POLICY_SIGNALS if s not in values]
     if missing:
         raise SystemExit(f"bench/controller.py has no value for the policy's signals "
@@ -262,7 +262,7 @@ def run_case(pools: int, ticks: int, history_h: float, workdir: Path,
             assert report is not None
             _check_read(report.decisions)
             forecasts = sum(1 for r in report.decisions.values()
-                            if r.detail.get("forecast") is not None)
+                            if r.forecast is not None)
             rec.close()
             api.close()
     finally:
@@ -366,7 +366,7 @@ def run_memory_case(pools: int, ticks: int, history_h: float) -> dict[str, Any]:
             "refreshing_tick_wall_ms_p50": statistics.median(busy_wall) * 1000,
             "queries_per_tick": [0], "pools_with_forecast": sum(
                 1 for r in (rec.last_tick.decisions.values() if rec.last_tick else ())
-                if r.detail.get("forecast") is not None),
+                if r.forecast is not None),
             "forecaster_fit_s_total": fit_s,
             "refit_every_s": float(spec.controller.refit_every),
             "refit_cycle_core_share": fit_s / float(spec.controller.refit_every),

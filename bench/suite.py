@@ -161,12 +161,6 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     if job["policy"] == "best-fixed":
         policy_name = "static"
     spec = load_spec(SPEC)
-    if job["policy"] == "pdscale-queueing":
-        # The same controller with the queueing model's sizing (controller.sizing.model).
-        policy_name = "pdscale"
-        controller = spec.controller.model_copy(update={
-            "sizing": spec.controller.sizing.model_copy(update={"model": "queueing"})})
-        spec = spec.model_copy(update={"controller": controller})
     options = SimOptions(trace=trace, mode=sc.mode, scale=sc.scale,  # type: ignore[arg-type]
                          cold_start_s=job["cold_start_s"], seed=job["seed"],
                          policy=policy_name, service=sc.service,
@@ -287,10 +281,7 @@ def search_best_fixed(sc: Scenario, seeds: list[int], traces: str, runner: Runne
             "evaluated": len(tried), "bounds": [p_max, d_max], "rows": rows}
 
 
-ADAPTIVE = ("pdscale", "pdscale-queueing", "dynamo", "oracle",
-            *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
-"""``pdscale-queueing``: pdscale with ``controller.sizing.model: queueing``, measured beside
-the default until it replaces it."""
+ADAPTIVE = ("pdscale", "dynamo", "oracle", *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
 
 
 def run_suite(scenarios: list[Scenario], seeds: list[int], cold_starts: list[float],
@@ -465,9 +456,9 @@ def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any
         lines += ["", f"## Started {title}", "",
                   "Attainment % / GPU-hours, mean ± seed spread. *reactive @ pdscale*: "
                   f"reactive's frontier (targets {swept}) at pdscale's GPU-hours.", "",
-                  "| scenario | cold s | best fixed | pdscale | pdscale (queueing) | reactive 0.6 "
+                  "| scenario | cold s | best fixed | pdscale | reactive 0.6 "
                   "| reactive @ pdscale | dynamo | oracle | targets |",
-                  "|---|---:|---|---|---|---|---:|---|---|---|"]
+                  "|---|---:|---|---|---|---:|---|---|---|"]
         for cell in summary["cells"]:
             if cell["start"] != start:
                 continue
@@ -482,7 +473,7 @@ def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any
             targets = ", ".join(f"{k} {v}" for k, v in cell["targets"].items())
             lines.append(f"| {cell['scenario']} | {cell['cold_start_s']:g} | "
                          f"{show('best-fixed')} | {show('pdscale')} | "
-                         f"{show('pdscale-queueing')} | {show('reactive@0.6')} | "
+                         f"{show('reactive@0.6')} | "
                          f"{'undecided' if matched is None else f'{100 * matched:.2f}'} | "
                          f"{show('dynamo')} | {show('oracle')} | {targets} |")
     met = [v for c in summary["cells"] for v in c["targets"].values()]

@@ -102,6 +102,17 @@ def _path(loc: Sequence[int | str]) -> str:
     return out or "(document)"
 
 
+REMOVED_FIELDS = {
+    "controller.sizing.model": "remove it; the queueing model is the only sizing",
+    "controller.burst_window": "remove it; the queueing model keeps no burst envelope "
+                               "(controller.stabilisation is how long a need holds a pool)",
+    "controller.drain_time": "remove it; the queueing model drains a backlog within the "
+                             "pool's lead (its cold-start p90 plus a tick) or its SLO, "
+                             "whichever is longer",
+}
+"""Fields removed with the rule-based sizing, and how a spec that still sets one is fixed:
+named as such, not as a misspelling."""
+
 _FIXES = {
     "missing": "add the field",
     "extra_forbidden": "remove the field or check its spelling against examples/",
@@ -139,6 +150,10 @@ def _from_pydantic(exc: ValidationError) -> list[SpecProblem]:
         fix = _FIXES.get(kind, "correct the value")
         if kind == "extra_forbidden":
             msg = "no such field"
+            removed = REMOVED_FIELDS.get(_path(loc))
+            if removed is not None:
+                msg = "no such field (removed with the rule-based sizing)"
+                fix = removed
         problems.append(SpecProblem(_path(loc), msg[0].lower() + msg[1:], given, fix))
     return problems
 

@@ -315,9 +315,6 @@ class SizingSettings(_Model):
     from the pool's profile, its SLO or a measurement. The scale-up quantile, the
     stabilisation window and the step down are the controller's own settings."""
 
-    model: Literal["rules", "queueing"] = Field(
-        default="rules", description="rules: the rule-based sizing; queueing: one queueing "
-        "model (prefill an M/G/c queue, decode Little's law in batches), see docs/sizing.md")
     calibration_rate: float = Field(
         default=0.2, gt=0, le=1, description="Share of the way the pool's correction moves "
         "towards what one latency reading implies (0.2: about five readings to follow a "
@@ -353,17 +350,10 @@ class ControllerSettings(_Model):
     stabilisation: Duration = Field(default=600,
                                     description="Need must stay lower this long to scale down")
     max_step_down: int = Field(default=2, ge=1, description="Most replicas removed per tick")
-    drain_time: Duration = Field(default=60, ge=1,
-                                 description="Reactive path: drain the backlog within this")
     refit_every: Duration = Field(
         default=1800, ge=60, description="Forecaster refit interval (between refits each "
         "minute's demand still reaches the fitted model as an online update; 30 minutes keeps "
         "1,000 pools' refits with 3 days of history under a quarter of a core)")
-    burst_window: Duration = Field(
-        default=3600, ge=0, description="How long the load a burst needed is held: a peak "
-        "envelope whole for a third of this, then halving every third (that half-life "
-        "grows, up to 4x this, while scale-downs are reversed within the stabilisation "
-        "window; bursts that came recently come again; 0 turns it off)")
     sizing: SizingSettings = Field(default_factory=SizingSettings)
     """The sizing model and its few settings."""
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)

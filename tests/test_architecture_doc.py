@@ -22,8 +22,8 @@ def test_every_module_named_exists() -> None:
 def test_every_public_name_cited_exists() -> None:
     names = {"pdscale.controller": ["Reconciler", "ObservationSource", "Observation", "Policy",
                             "PoolDecision", "Cause", "ForecastStage", "PoolForecast",
-                            "NoForecast", "Refits", "size", "Need", "stabilise", "bound",
-                            "PoolHistory", "Overrides", "DecisionRecord", "Actuator"],
+                            "NoForecast", "Refits", "PdscalePolicy", "Overrides",
+                            "DecisionRecord", "Actuator"],
              "pdscale.simulator": ["World", "EventWorld", "FluidWorld", "SimClock", "run_world"],
              "pdscale.telemetry": ["Signal", "derive_signals", "RATE_WINDOW"],
              "pdscale.errors": ["RetryLater", "GiveUp"]}

@@ -1,5 +1,5 @@
-"""The controller: capacity model, decision policy, cross-pool constraints, reconcile loop,
-actuators, leader election, alert reactions and the HTTP API.
+"""The controller: the queueing model and the policy it sizes pools with, cross-pool
+constraints, reconcile loop, actuators, leader election, alert reactions and the HTTP API.
 
 Importing this package stays light (no Kubernetes client, no web framework): the simulator
 runs the policy in the same reconcile loop (:class:`Reconciler`) on its own clock. The
@@ -10,7 +10,6 @@ and ``controller._webhook``.
 
 from typing import TYPE_CHECKING, Any
 
-from pdscale.controller._capacity import CapacityModel
 from pdscale.controller._constraints import ConstrainedPolicy, Constraints, apply_constraints
 from pdscale.controller._forecast import ForecastStage, NoForecast
 from pdscale.controller._interface import (
@@ -25,6 +24,8 @@ from pdscale.controller._interface import (
     PoolObservation,
     PoolReplicas,
 )
+from pdscale.controller._model import PdscalePolicy
+from pdscale.controller._observe import ColdStartTracker
 from pdscale.controller._perf import (
     HEADROOM,
     DecodePoint,
@@ -33,12 +34,7 @@ from pdscale.controller._perf import (
     prefill_capacity,
     uncached_prefill_demand,
 )
-from pdscale.controller._policy import (
-    ColdStartTracker,
-    PdscalePolicy,
-    build_forecasts,
-    build_policy,
-)
+from pdscale.controller._policy import build_forecasts, build_policy
 from pdscale.controller._profiles import (
     InstanceProfile,
     ProfileError,
@@ -58,8 +54,6 @@ from pdscale.controller._reconciler import (
     SystemClock,
     TickReport,
 )
-from pdscale.controller._sizing import Need, SizingInputs, size
-from pdscale.controller._stabilise import PoolHistory, Stabilised, bound, stabilise
 
 if TYPE_CHECKING:
     from pdscale.controller._api import create_app as create_app
@@ -146,19 +140,16 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["HEADROOM", "Actuator", "AdapterError", "CapacityModel", "Cause", "Clock",
-           "ColdStartTracker", "ConstrainedPolicy", "Constraints", "Controller",
-           "DecisionRecord", "DecodePoint", "Detail", "ForecastStage",
-           "InstanceProfile", "KubeConfigError", "Need", "NoForecast", "Observation",
-           "ObservationSource", "Overrides", "PdscalePolicy", "Policy", "PoolDecision",
-           "PoolForecast", "PoolHistory", "PoolKey", "PoolObservation", "PoolReplicas",
-           "ProcessActuator", "ProfileError", "Reconciler", "Refits", "SizingInputs",
-           "SourceResult", "Stabilised", "SystemClock", "TickReport", "WorkerTemplate",
-           "apply_constraints", "bound", "build_forecasts", "build_policy",
-           "builtin_profiles", "create_app", "decode_batch_limit",
-           "decode_operating_point", "free_loopback_port", "hpa_manifests",
-           "is_loopback", "keda_manifests", "kube_client", "load_profile",
+__all__ = ["HEADROOM", "Actuator", "AdapterError", "Cause", "Clock", "ColdStartTracker",
+           "ConstrainedPolicy", "Constraints", "Controller", "DecisionRecord", "DecodePoint",
+           "Detail", "ForecastStage", "InstanceProfile", "KubeConfigError", "NoForecast",
+           "Observation", "ObservationSource", "Overrides", "PdscalePolicy", "Policy",
+           "PoolDecision", "PoolForecast", "PoolKey", "PoolObservation", "PoolReplicas",
+           "ProcessActuator", "ProfileError", "Reconciler", "Refits", "SourceResult",
+           "SystemClock", "TickReport", "WorkerTemplate", "apply_constraints",
+           "build_forecasts", "build_policy", "builtin_profiles", "create_app",
+           "decode_batch_limit", "decode_operating_point", "free_loopback_port",
+           "hpa_manifests", "is_loopback", "keda_manifests", "kube_client", "load_profile",
            "prefill_capacity", "process_is_zombie", "process_start_ticks", "reader_from_spec",
-           "serve",
-           "size", "spawn_process", "stabilise", "stop_pids", "stop_recorded",
-           "sum_metric", "targets_file_name", "uncached_prefill_demand"]
+           "serve", "spawn_process", "stop_pids", "stop_recorded", "sum_metric",
+           "targets_file_name", "uncached_prefill_demand"]

@@ -8,7 +8,7 @@ fit pending, the model failed). Fitting is the caller's to schedule, off the tic
 cluster and in the foreground in the simulator: the reconcile loop asks
 :meth:`pending_refits` and :meth:`stale_forecasts` after each tick (the :class:`Refits`
 protocol). A forecast is reused for ``forecast_every_s``: new points arrive once a resolution
-step, and the current demand still enters every tick through the sizing stage's max(demand,
+step, and the current demand still enters every tick through the policy's max(demand,
 forecast).
 """
 
@@ -29,12 +29,6 @@ __all__ = ["ForecastStage", "NoForecast", "default_forecaster"]
 
 HORIZONS_S = (60, 120, 300, 600)
 """Horizons the model is trained for: a cold start of seconds to ten minutes."""
-
-CEILING_HISTORY_S = 86400.0
-"""A pool's forecaster with this much history (a day: it has seen the daily season) also
-gives the ceiling the burst hold is kept to (:attr:`PoolForecast.ceiling`). With less the
-hold is not capped: a short-history model does not see bursts coming back."""
-
 
 def default_forecaster(quantile: float, refit_every_s: float, *,
                        resolution_s: float = 60.0) -> OnlineForecaster:
@@ -110,11 +104,6 @@ class ForecastStage:
                     taken += 1
         return taken
 
-    def recent(self, key: PoolKey, since_s: float) -> list[tuple[float, float]]:
-        """The pool's demand history from ``since_s`` on (warmed up or observed)."""
-        fc = self.forecasters.get(key)
-        return fc.points_since(since_s) if fc is not None else []
-
     # -- forecasts --------------------------------------------------------------------------
 
     def forecast(self, key: PoolKey, now_s: float, lead_s: float) -> PoolForecast | NoForecast:
@@ -139,20 +128,13 @@ class ForecastStage:
         step = self.resolution_s
         horizons = np.arange(step, lead_s + step, step)
         trained = tuple(float(h) for h in getattr(fc.model, "horizons_s", HORIZONS_S))
-        # Where the model has seen a day, the same call also reads the sized quantile up to
-        # the longest trained horizon: the ceiling of the burst hold.
-        seasoned = fc.span_s >= CEILING_HISTORY_S
-        upto = np.arange(step, max(trained) + step, step)
-        table = fc.forecast(upto if seasoned and len(upto) > len(horizons) else horizons)
-        ceiling = float(np.max(table[:len(upto), -1])) if seasoned else None
-        table = table[:len(horizons)]
+        table = fc.forecast(horizons)
         out = PoolForecast(
             at_s=now_s, horizons_s=tuple(float(h) for h in horizons),
             quantiles={float(q): tuple(float(x) for x in table[:, i])
                        for i, q in enumerate(fc.model.quantiles)},
             sized_quantile=float(fc.model.quantiles[-1]),
-            trained_horizons_s=(min(trained), max(trained)),
-            ceiling=ceiling, ceiling_horizon_s=max(trained) if ceiling is not None else None)
+            trained_horizons_s=(min(trained), max(trained)))
         self._cache[key] = (self._cache_key(fc, lead_s), out)
         return out
 

@@ -96,14 +96,8 @@ class Cause(StrEnum):
     STEADY = "steady"
     """Nothing to change."""
     FORECAST = "forecast"
-    """Sized up for the demand forecast one lead ahead (or the demand now)."""
-    TAIL = "tail"
-    """Sized up by a tail model over the demand's need: prefill's (the arriving work's 95th
-    percentile within seconds, from the prompt tokens' measured dispersion) or decode's (the
-    running sequences' 95th percentile, from their spread between readings)."""
-    REACTIVE = "reactive"
-    """Latency over the SLO or a backlog: sized to drain it (the reactive path), or a prefill
-    backlog sized to be served within the TTFT SLO (the burst)."""
+    """Sized up for the load (the demand now, its busiest minute or its forecast one lead
+    ahead) and any backlog."""
     SCALE_DOWN = "scale_down"
     """The need stayed lower for the stabilisation window."""
     DEGRADED = "degraded"
@@ -135,10 +129,6 @@ class PoolForecast:
     """The quantile the pool is sized for (the spec's ``scale_up_quantile``)."""
     trained_horizons_s: tuple[float, float]
     """The horizons the model was trained for; beyond them it extrapolates."""
-    ceiling: float | None = None
-    """The highest demand at the sized quantile up to ``ceiling_horizon_s`` ahead, where the
-    forecaster has a day of history (None: less): the burst hold is kept to it."""
-    ceiling_horizon_s: float | None = None
 
     @property
     def sized_value(self) -> float:
@@ -149,8 +139,7 @@ class PoolForecast:
         """JSON for /v1/forecast and the forecast gauge."""
         return {"at_s": self.at_s, "horizons_s": list(self.horizons_s),
                 "quantiles": {f"{q:g}": list(v) for q, v in self.quantiles.items()},
-                "trained_horizons_s": list(self.trained_horizons_s),
-                "ceiling": self.ceiling, "ceiling_horizon_s": self.ceiling_horizon_s}
+                "trained_horizons_s": list(self.trained_horizons_s)}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ Every tick, for each pool:
    way (``sizing.calibration_rate``) towards the correction at which the model predicts the
    latency the pool reported at its own load and replicas, within
    [``calibration_min``, ``calibration_max``]; the spread of those readings is its
-   uncertainty, and sizing plans one spread on the slower side. A reading whose window held
+   uncertainty. A reading whose window held
    a backlog (more prompts waiting than prefill replicas, or any sequence waiting for a
    decode slot, which TTFT includes) is a transient, not a rate, and teaches nothing;
 5. **stabilise and bound**: up at once; down only after the need stayed lower for the
@@ -39,7 +39,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from pdscale.controller._capacity import usable_length
 from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import (
     Cause,
@@ -48,13 +47,16 @@ from pdscale.controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from pdscale.controller._perf import uncached_prefill_demand
-from pdscale.controller._policy import (
+from pdscale.controller._observe import (
+    DEMAND_SIGNAL,
+    LATENCY_SIGNAL,
     ColdStartTracker,
     _peak_demand,
     degraded_decision,
     forecast_for,
+    usable_length,
 )
+from pdscale.controller._perf import uncached_prefill_demand
 from pdscale.controller._profiles import InstanceProfile
 from pdscale.controller._queueing import (
     DecodeLoad,
@@ -64,11 +66,10 @@ from pdscale.controller._queueing import (
     predicted_ttft_s,
     prefill_replicas,
 )
-from pdscale.controller._sizing import DEMAND_SIGNAL, LATENCY_SIGNAL
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
-__all__ = ["Correction", "QueueingPolicy"]
+__all__ = ["Correction", "PdscalePolicy"]
 
 PROMPT_TOKENS_UNREAD = 1000.0
 OUTPUT_TOKENS_UNREAD = 200.0
@@ -85,11 +86,6 @@ class Correction:
     spread: float = 0.0
     """Root mean square of the readings' log distance from the value (its uncertainty)."""
     readings: int = 0
-
-    @property
-    def planned(self) -> float:
-        """The correction sizing plans at: one spread on the slower side of the value."""
-        return self.value * math.exp(-self.spread)
 
     def learn(self, implied: float, *, rate: float, low: float, high: float) -> None:
         implied = min(high, max(low, implied))
@@ -135,6 +131,8 @@ class PoolModelState:
     """Data time a queue was last seen in this pool (for prefill: or in decode's admission)."""
     rates: deque[tuple[float, float]] = field(default_factory=deque)
     """(data time, demand) over the last rate window: the trend the load is extrapolated on."""
+    active_seen: int | None = None
+    """Ready plus starting replicas at the last tick: a rise is replicas starting."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
 
@@ -153,7 +151,7 @@ class _Prefill:
     rate_fallbacks: tuple[str, ...]
 
 
-class QueueingPolicy:
+class PdscalePolicy:
     """See the module docstring."""
 
     name = "pdscale"
@@ -177,6 +175,7 @@ class QueueingPolicy:
         for key, st in self.state.items():
             if key not in observation.pools:
                 st.cold_start.forget_pending()
+                st.active_seen = None
         for key, pool in observation.pools.items():
             queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
             if key not in self.state or queue <= 0:
@@ -204,6 +203,11 @@ class QueueingPolicy:
         st = self.state[key]
         r = pool.replicas
         st.cold_start.observe(now, r.ready)
+        if st.active_seen is not None and r.active > st.active_seen:
+            # Replicas started since the last tick: timed from here until ready (not from an
+            # ask that a budget, a bound or a dry run kept from being applied).
+            st.cold_start.asked(now, r.active)
+        st.active_seen = r.active
         demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
         if demand is None or not math.isfinite(demand):
             return degraded_decision(key, pool, st.cold_start.p90_s)
@@ -225,11 +229,15 @@ class QueueingPolicy:
         self._calibrate(key, st, pool, demand, hit, notes)
         sized = self._size(key, st, pool, load, hit, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
-        desired = max(r.min_replicas, min(r.max_replicas, desired))
+        bounded = max(r.min_replicas, min(r.max_replicas, desired))
+        if bounded != desired:
+            cause = Cause.BOUND
+            step_note = (f"{'min' if bounded > desired else 'max'}_replicas {bounded} "
+                         f"(the model asks {desired})")
+            desired = bounded
         reasons = [f"load {load:.4g}/s ({fc_note}; now {demand:.4g}/s)", sized.reason,
                    f"correction {st.correction.value:.2f} "
-                   f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings; "
-                   f"planned at {st.correction.planned:.2f})",
+                   f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings)",
                    *notes]
         if step_note:
             reasons.append(step_note)
@@ -237,7 +245,7 @@ class QueueingPolicy:
                   "predicted_s": sized.predicted_s, "slo_s": st.slo_s, "met": sized.met,
                   "correction": st.correction.value,
                   "correction_spread": st.correction.spread,
-                  "correction_planned": st.correction.planned, **sized.terms}
+                  **sized.terms}
         return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail,
                             forecast=forecast, lead_s=lead,
                             cold_start_p90_s=st.cold_start.p90_s)
@@ -353,7 +361,7 @@ class QueueingPolicy:
         # measured growth until they are ready.
         lead = self.lead_s(key)
         backlog = (queue or 0.0) + st.growth_rps * lead
-        k = st.correction.planned
+        k = st.correction.value
         if key[1] is Role.PREFILL:
             model = self._prefill(st, pool, load, hit, k)
             notes.extend(model.rate_fallbacks)
@@ -433,7 +441,6 @@ class QueueingPolicy:
         while st.needs and st.needs[0][0] < now - window:
             st.needs.popleft()
         if need > active:
-            st.cold_start.asked(now, need)
             return need, Cause.FORECAST, None
         if need == active:
             return active, Cause.STEADY, None

@@ -1,11 +1,13 @@
 """The performance model: what one replica of a profile carries at an SLO, written once.
 
 Pure functions of an :class:`~controller._profiles.InstanceProfile`, used by pdscale's
-capacity model (:mod:`controller._capacity`), the oracle's demand plan, the Dynamo-style
-baseline and the fluid simulator, so a change to the arithmetic changes all of them:
+queueing model (:mod:`controller._queueing`, :mod:`controller._model`), the oracle's demand
+plan, the Dynamo-style baseline and the fluid simulator, so a change to the arithmetic changes
+all of them:
 
-* **Headroom** (:data:`HEADROOM`): the share of saturated prefill throughput planned for, and
-  the share of the ITL SLO a decode step may take; the rest absorbs queueing and variance.
+* **Headroom** (:data:`HEADROOM`): the share of saturated prefill throughput the oracle and
+  the Dynamo-style baseline plan for, and the share of the ITL SLO a decode step may take;
+  the rest absorbs queueing and variance (the queueing model plans for the SLO itself).
 * **Uncached prefill demand** (:func:`uncached_prefill_demand`): prompt tokens the prefix
   cache does not serve, which is what prefill computes.
 * **Prefill capacity** (:func:`prefill_capacity`): saturated chunked-prefill throughput for a

@@ -11,8 +11,7 @@ processed (``Reconciler.observe_pool``) and on every tick its floor stands:
 
 * ``latency``: the pool's latency p95 over the last minute (``TTFT_P95_RECENT_S`` for prefill,
   ``ITL_P95_RECENT_S`` for decode) above its SLO;
-* ``queue``: more than :data:`QUEUE_PER_READY` requests waiting per ready replica now (the
-  count at which the policy starts to look at a queue as a backlog).
+* ``queue``: more than :data:`QUEUE_PER_READY` requests waiting per ready replica now.
 
 A signal that cannot be read confirms nothing: no latency over the last minute (no request
 finished in it) or no queue reading is not a shortage. The reaction then adds nothing and
@@ -32,8 +31,7 @@ from pdscale.telemetry import Signal
 __all__ = ["QUEUE_PER_READY", "Shortage", "ShortageCheck", "shortage_now"]
 
 QUEUE_PER_READY = 2.0
-"""Requests waiting per ready replica above which a queue is a shortage (the policy's own first
-test of a backlog, ``controller._policy._backlogged``)."""
+"""Requests waiting per ready replica above which a queue is a shortage."""
 
 RECENT_LATENCY = {Role.PREFILL: (Signal.TTFT_P95_RECENT_S, "TTFT"),
                   Role.DECODE: (Signal.ITL_P95_RECENT_S, "ITL")}

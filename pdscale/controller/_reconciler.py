@@ -338,9 +338,9 @@ class _ErrorLog:
             log.info("%s%s: %s cleared after %.0fs", adapter, where, kind, now_s - seen[0])
 
 
-_HOLD_REASONS = ("stabilisation:", "max step:", "reaction:", "degraded:", "idle:",
-                 "bound: min")
-"""The reasons that keep replicas above the need (the stages say each in these words)."""
+_HOLD_REASONS = ("holding ", "down ", "reaction:", "degraded:", "idle:")
+"""The reasons that keep replicas above the need (the policy's stabilisation, an alert
+reaction, missing data: each says so in these words)."""
 
 
 def _holding(record: DecisionRecord) -> str | None:

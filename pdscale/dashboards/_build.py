@@ -240,16 +240,16 @@ def _prefill(spec: Spec) -> dash_b.Dashboard:
         (_q(Signal.PROMPT_TOKENS_PER_S, _pool(role)), "5m rate {{pdscale_service}}"),
         (_q(Signal.PROMPT_TOKENS_PEAK_PER_S, _pool(role)),
          "peak minute in 5m {{pdscale_service}}")], "short", width=6,
-        description="The peak minute is what a burst needed; pdscale's burst hold remembers "
-                    "it."))
+        description="The peak minute is what a burst needed; pdscale sizes prefill for it "
+                    "(the 5-minute rate averages a burst away)."))
     b = b.with_panel(_timeseries("Prompt tokens: dispersion per 5 s", [
         (_q(Signal.PROMPT_TOKENS_DISPERSION, _pool(role)), "{{pdscale_service}}")],
         "short", width=6,
         description="Half the mean squared difference of consecutive 5 s windows' prompt "
                     "tokens over their mean, over 5 minutes: about one prompt's length for "
                     "independent arrivals, more when prompts arrive in clumps within seconds. "
-                    "pdscale's prefill tail model sizes for it. Empty at a scrape interval "
-                    "over 2.5 s (pdscale check says so)."))
+                    "pdscale's prefill model reads its arrival variability from it. Empty at a "
+                    "scrape interval over 2.5 s (pdscale check says so)."))
     b = b.with_panel(_timeseries("Prefix-cache hit rate", [
         (_q(Signal.PREFIX_CACHE_HIT_RATIO, _pool(role)), "{{pdscale_service}}")],
         "percentunit", width=6, soft_max=1))

@@ -8,7 +8,6 @@ when :meth:`refit_due` says so (every ``refit_every_s``). History is bounded to
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,12 +42,6 @@ class OnlineForecaster:
         """Seconds of history held."""
         with self._lock:
             return self._times[-1] - self._times[0] if self._times else 0.0
-
-    def points_since(self, since_s: float) -> list[tuple[float, float]]:
-        """The history held from ``since_s`` on, oldest first."""
-        with self._lock:
-            i = bisect.bisect_left(self._times, since_s)
-            return list(zip(self._times[i:], self._values[i:], strict=True))
 
     def observe(self, t_s: float, value: float) -> None:
         with self._lock:

@@ -316,7 +316,7 @@ _DEFS: tuple[SignalDef, ...] = (
 _BY_SIGNAL = {d.signal: d for d in _DEFS}
 
 _CONTROLLER_OWN = frozenset({
-    "pdscale_capacity_per_replica", "pdscale_tick_duration_seconds_bucket",
+    "pdscale_tick_duration_seconds_bucket",
     "pdscale_tick_duration_seconds_count", "pdscale_tick_duration_seconds_sum",
     "pdscale_adapter_errors_total", "pdscale_leader", "pdscale_alert_reactions_total",
     "pdscale_alerts_received_total",
@@ -351,8 +351,8 @@ what it took, dropped and refused; the span-derived stage histograms)."""
 
 def derive_signals(values: Mapping[Signal, float | None]) -> dict[Signal, float | None]:
     """``values`` with the derived signals added: the mean prompt and output lengths over the
-    rate window (for the capacity model's attention and KV terms, and the Dynamo planner's
-    sizing). None where the request rate or the token rate is missing or zero."""
+    rate window (for the queueing model's service times and decode context, and the Dynamo
+    planner's sizing). None where the request rate or the token rate is missing or zero."""
     out = dict(values)
     rate = values.get(Signal.REQUEST_RATE)
     for derived, tokens in ((Signal.MEAN_PROMPT_TOKENS, Signal.PROMPT_TOKENS_PER_S),

@@ -139,8 +139,6 @@ class ControllerTelemetry:
                                description="Demand the last decision saw")
         self.cold_start = _Gauge(m, "pdscale_cold_start_p90_seconds", unit="s",
                                  description="Learned 90th-percentile cold start")
-        self.capacity = _Gauge(m, "pdscale_capacity_per_replica",
-                               description="Demand one replica serves at the SLO")
         self.decisions = m.create_counter(
             "pdscale_decisions", description="Decisions by cause (reason) and direction")
         self.last_decision = _Gauge(
@@ -217,9 +215,6 @@ class ControllerTelemetry:
         demand = detail.get("demand")
         if isinstance(demand, int | float):
             self.observed.set(demand, labels)
-        per_replica = detail.get("capacity_per_replica")
-        if isinstance(per_replica, int | float):
-            self.capacity.set(per_replica, labels)
         if cold_start_p90_s is not None:
             self.cold_start.set(cold_start_p90_s, labels)
         if forecast:

@@ -199,7 +199,8 @@ def test_a_pool_held_above_its_need_says_why_once_in_the_log_and_an_event(
     spec = parse_spec(SPEC)
     source, _reader, pools = _source(8)
     clock = ManualClock()
-    why = "stabilisation: 4 above the need 4; ...: scale-down in 480s if the need stays below 8"
+    why = ("holding 8 over the need 4: the need was 8 within the stabilisation window, 480 s "
+           "of 600 s left")
 
     class Holding:
         name = "holding"

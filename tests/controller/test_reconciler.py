@@ -76,10 +76,10 @@ def test_scales_up_with_load_and_records_reasons() -> None:
     assert report.decisions[P].outcome == "applied"
     assert cluster.pools[P].desired > 1 and cluster.pools[D].desired > 1
     assert report.decisions[P].cause == "forecast"
-    assert report.decisions[P].detail["signal"] == "prompt_tokens_per_s"
-    assert report.decisions[P].detail["capacity_per_replica"] > 0
-    _, _replicas, reasons = cluster.writes[0]
-    assert any("capacity" in r for r in reasons)
+    assert report.decisions[P].detail["demand"] == 200_000
+    assert report.decisions[P].detail["need"] == cluster.pools[P].desired
+    reasons = next(said for key, _, said in cluster.writes if key == P)
+    assert any("predicted TTFT p95" in r for r in reasons)
     metrics = rec.telemetry.render().decode()
     assert 'pdscale_desired_replicas{' in metrics
     line = next(x for x in metrics.splitlines() if x.startswith("pdscale_desired_replicas{")
@@ -200,10 +200,11 @@ def test_refits_run_off_the_tick_path() -> None:
     assert forecasts.forecasters[P].fitted is not None
     clock.t += 15
     report = rec.tick()
-    assert report.decisions[P].detail["forecast"] is not None
-    # The decision carries the forecast it used, typed: what /v1/forecast shows.
+    # The decision carries the forecast it used, typed: what /v1/forecast shows; the load
+    # sized for is the higher of it and the demand now.
     used = report.decisions[P].forecast
-    assert used is not None and used.sized_value == report.decisions[P].detail["forecast"]
+    assert used is not None
+    assert report.decisions[P].detail["load"] == max(used.sized_value, 100_000.0)
     assert used.horizons_s[0] == 60.0 and used.trained_horizons_s == (60.0, 600.0)
     rec.close()
 
@@ -342,7 +343,7 @@ def test_a_degraded_pool_is_never_scaled_down_but_may_grow() -> None:
     hold_degraded(down, obs)
     assert down[key].desired_replicas == 4 and down[key].cause == "degraded"
     assert "1 of 4 scrape targets down" in down[key].reasons[-1]
-    up = {key: PoolDecision(6, ("reactive",), "reactive")}
+    up = {key: PoolDecision(6, ("forecast",), "forecast")}
     hold_degraded(up, obs)
-    assert up[key].desired_replicas == 6 and up[key].cause == "reactive"
+    assert up[key].desired_replicas == 6 and up[key].cause == "forecast"
     assert up[key].detail["degraded"] == "1 of 4 scrape targets down"

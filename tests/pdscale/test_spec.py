@@ -75,6 +75,22 @@ def test_every_problem_is_reported_at_once() -> None:
     assert "already used by services[0]" in problems["services[1].name"]
 
 
+def test_a_field_removed_with_the_rule_based_sizing_is_named_as_removed() -> None:
+    """A spec written for the rule-based sizing fails on each field that went with it, saying
+    so and what replaced it; a misspelt field still reads as one."""
+    raw = _raw()
+    raw["controller"] = {"burst_window": "1h", "drain_time": "1m", "sizing": {"model": "rules"},
+                         "stabilisaton": "5m"}
+    problems = _problems(raw)
+    for path, instead in (("controller.burst_window", "controller.stabilisation"),
+                          ("controller.drain_time", "lead"),
+                          ("controller.sizing.model", "the only sizing")):
+        assert "removed with the rule-based sizing" in problems[path], problems[path]
+        assert "Fix: remove it;" in problems[path] and instead in problems[path]
+    assert "check its spelling" in problems["controller.stabilisaton"]
+    assert "removed" not in problems["controller.stabilisaton"]
+
+
 def test_slo_threshold_off_bucket_names_nearest_boundaries() -> None:
     raw = _raw()
     raw["services"][0]["slo"]["ttft_p95_s"] = 2.0  # vLLM has 1.0 and 2.5, no 2.0

@@ -1,0 +1,125 @@
+"""What every pool's decision reads before it is sized: its demand and latency signals, its
+cold starts, its forecast over the lead, and the hold on missing demand.
+
+Demand is prompt tokens/s for prefill (the policy takes the uncached share) and generated
+tokens/s for decode; latency is the SLO's own percentile, TTFT p95 for prefill and ITL p95 for
+decode. A pool whose demand is missing or stale is held (:func:`degraded_decision`): no data is
+never a reason to scale down. The lead is the pool's learned cold-start p90
+(:class:`ColdStartTracker`) plus a tick: what a scale-up asked now has to cover.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TypeGuard
+
+import numpy as np
+
+from pdscale.controller._forecast import ForecastStage, NoForecast
+from pdscale.controller._interface import (
+    Cause,
+    PoolDecision,
+    PoolForecast,
+    PoolKey,
+    PoolObservation,
+)
+from pdscale.spec import Role
+from pdscale.telemetry import Signal
+
+__all__ = ["DEMAND_SIGNAL", "LATENCY_SIGNAL", "ColdStartTracker", "degraded_decision",
+           "forecast_for", "usable_length"]
+
+DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
+                 Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
+LATENCY_SIGNAL = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
+
+
+def usable_length(reading: float | None) -> TypeGuard[float]:
+    """A length reading the policy can take: present, positive and finite (an engine with no
+    request yet reads NaN, a broken counter ratio inf)."""
+    return reading is not None and 0 < reading < math.inf
+
+
+@dataclass
+class ColdStartTracker:
+    """Time from a scale-up to the replicas being ready; a running p90 of recent ones."""
+
+    default_s: float
+    samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
+    _p90_cache: tuple[tuple[int, float], float] | None = None
+
+    def asked(self, now_s: float, ready_target: int) -> None:
+        self._pending.append((now_s, ready_target))
+
+    def observe(self, now_s: float, ready: int) -> None:
+        still = []
+        for asked_at, target in self._pending:
+            if ready >= target:
+                self.samples.append(now_s - asked_at)
+            else:
+                still.append((asked_at, target))
+        self._pending = still
+
+    def forget_pending(self) -> None:
+        """Drop the scale-ups still waiting to be ready: the pool went unobserved, so when
+        they became ready is unknown (timed on its return, the gap would count as start-up)."""
+        self._pending = []
+
+    def cancel_above(self, target: int) -> None:
+        self._pending = [(t, n) for t, n in self._pending if n <= target]
+
+    @property
+    def p90_s(self) -> float:
+        if len(self.samples) < 3:
+            return self.default_s
+        key = (len(self.samples), self.samples[-1])
+        if self._p90_cache is None or self._p90_cache[0] != key:
+            self._p90_cache = (key, float(np.percentile(np.array(self.samples), 90)))
+        return self._p90_cache[1]
+
+
+def _computed_share(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the share of prompt tokens the pool computes itself (its demand over the prompt
+    tokens), which prompt-token signals are scaled by to the demand's units; None when the
+    prompt rate is unread or no prompt arrived."""
+    prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
+    if prompt is None or prompt <= 0:
+        return None
+    return min(1.0, demand / prompt)
+
+
+def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
+    """Prefill: the highest one-minute prompt-token rate within the rate window, in demand
+    units; None when either rate is unread or no prompt arrived."""
+    peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
+    share = _computed_share(pool, demand)
+    if peak is None or share is None or not math.isfinite(peak):
+        return None
+    return peak * share
+
+
+def forecast_for(forecasts: ForecastStage | None, key: PoolKey, now: float, lead: float,
+                 quantile: float) -> tuple[PoolForecast | None, str]:
+    """The pool's forecast over ``lead`` and the words a decision says of it (or why there is
+    none: no forecast stage, or the stage's reason)."""
+    if forecasts is None:
+        return None, "forecast: off, sizing on the current demand"
+    got = forecasts.forecast(key, now, lead)
+    if isinstance(got, NoForecast):
+        return None, got.reason
+    return got, f"forecast q{quantile:g} over {lead:.0f}s"
+
+
+def degraded_decision(key: PoolKey, pool: PoolObservation,
+                      cold_start_p90_s: float) -> PoolDecision:
+    """Hold a pool whose demand is missing or stale: never scale it down on no data."""
+    r = pool.replicas
+    held = max(r.desired, r.active)
+    signal = DEMAND_SIGNAL[key[1]].value
+    return PoolDecision(held, (f"degraded: {signal} missing or stale; holding {held} "
+                               "replicas, no scale-down",), cause=Cause.DEGRADED,
+                        detail={"signal": signal, "held": held},
+                        cold_start_p90_s=cold_start_p90_s)
