@@ -1,34 +1,14 @@
-"""pdscale's queueing-model policy: each pool sized by :mod:`controller._queueing`.
+"""pdscale's policy: each pool sized by the queueing model (:mod:`controller._queueing`).
 
-Every tick, for each pool:
-
-1. **observe**: its cold starts (the lead is their p90 plus a tick), its demand (prefill:
-   uncached prompt tokens/s; decode: generated tokens/s) and its latency; missing demand
-   holds the pool and says so;
-2. **load**: the largest of the demand now (the rate window's mean plus the queue's
-   growth, and for prefill its busiest minute), the window's rising trend carried to when
-   replicas asked now are ready, and the forecaster's scale-up quantile over the lead; decode's
-   arrivals are at least what its service's prefill is sized to deliver (a request prefilled
-   now decodes a prefill later);
-3. **size**: the model's replicas for that load at the SLO's percentile, and enough to drain
-   the backlog they will meet (what waits, grown at its measured rate over the lead) within
-   the lead (replicas already starting count: the count is a total); a decode replica holds
-   the batch its ITL allows and its KV cache holds, as measured where KV usage is read;
-4. **calibrate**: one correction per pool of the profile's service rate, moved a share of the
-   way (``sizing.calibration_rate``) towards the correction at which the model predicts the
-   latency the pool reported at its own load and replicas, within
-   [``calibration_min``, ``calibration_max``]; the spread of those readings is its
-   uncertainty. A reading whose window held
-   a backlog (more prompts waiting than prefill replicas, or any sequence waiting for a
-   decode slot, which TTFT includes) is a transient, not a rate, and teaches nothing;
-5. **stabilise and bound**: up at once; down only after the need stayed lower for the
-   stabilisation window, at most ``max_step_down`` a tick; within min and max.
-
-Optional signals fall back, and the decision says so: no dispersion reading means
-``sizing.default_variability``; no length reading means the profile's service time for the
-last lengths read (or 1,000 prompt and 200 output tokens before any); no prefix-hit reading
-means no hits; no queue reading means no backlog; no KV usage or running count means the
-profile's KV capacity.
+Each tick, per pool (docs/sizing.md has the equations and a worked example): observe the
+pool's cold starts, demand and latency (missing demand holds it); take as the load the largest
+of the demand now (plus the queue's growth; prefill's busiest minute), the rate window's rising
+trend carried to when replicas asked now are ready, and the forecast's quantile over the lead
+(decode: at least what prefill is sized to deliver); size for that load and for the backlog
+the new replicas will meet; learn one correction of the profile's service rate from latency
+readings whose window held no backlog; scale up at once, down to the stabilisation window's
+highest need at most ``max_step_down`` a tick, within min and max. Each optional signal has a
+stated fallback, and the decision names it.
 """
 
 from __future__ import annotations
