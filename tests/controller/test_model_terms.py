@@ -125,3 +125,20 @@ def test_a_decision_carries_the_model_terms_it_said() -> None:
     assert f"{p['offered']:.2f} replicas busy" in out[KEY_P].reasons[1]
     assert d["running"] == pytest.approx(d["arrival_rps"] * 200.0 * d["step_s"])
     assert d["running_quantile"] > d["running"] and d["batch"] >= 1
+
+
+def test_the_controller_reads_every_signal_the_policy_uses() -> None:
+    """Each signal the policy's modules name is one the cluster source queries each tick (or
+    derives from those): a signal dropped from the query reads as unread in production while
+    the simulator, which computes every signal, would not show it."""
+    import re
+    from pathlib import Path
+
+    from pdscale.controller import _model, _observe
+    from pdscale.controller._cluster import POLICY_SIGNALS
+    from pdscale.telemetry import derive_signals
+
+    used = {Signal[name] for module in (_model, _observe)
+            for name in re.findall(r"Signal\.([A-Z0-9_]+)", Path(module.__file__).read_text())}
+    derived = set(derive_signals({}))
+    assert used - set(POLICY_SIGNALS) - derived == set()
