@@ -196,8 +196,7 @@ class _DecodePool:
         ready = [r for r in self.decode if r.state is _State.READY]
         if not ready:
             return None
-        return min(ready, key=lambda r: (r.kv() + sum(int(self.prompt[q]) for q in r.waiting),
-                                         len(r.members)))
+        return min(ready, key=lambda r: (r.kv() + r.waiting.tokens, len(r.members)))
 
     def _kv_arrive(self, req: int, recompute: bool = False) -> None:
         r = self._pick_decode()

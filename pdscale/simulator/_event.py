@@ -49,6 +49,7 @@ from pdscale.simulator._setup import _DecodeReplica as _DecodeReplica
 from pdscale.simulator._setup import _PrefillReplica as _PrefillReplica
 from pdscale.simulator._setup import _Replica as _Replica
 from pdscale.simulator._setup import _State as _State
+from pdscale.simulator._setup import _Waiting as _Waiting
 from pdscale.simulator._trace import MOONCAKE_BLOCK_TOKENS, Trace
 from pdscale.spec import Role
 
@@ -143,7 +144,8 @@ class EventSimulator(_DecodePool):
             self._prefill_by_id[pr.id] = pr
             r = pr
         else:
-            dr = _DecodeReplica(self._next_id, state, self.now, ready, t_last=self.now)
+            dr = _DecodeReplica(self._next_id, state, self.now, ready, t_last=self.now,
+                                waiting=_Waiting(self.prompt))
             self.decode.append(dr)
             self._decode_by_id[dr.id] = dr
             r = dr

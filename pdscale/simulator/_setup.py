@@ -97,12 +97,53 @@ class _PrefillReplica(_Replica):
     queued_tokens: int = 0
 
 
+class _Waiting(deque[int]):
+    """A decode replica's waiting requests with their prompt tokens summed as they come and
+    go (routing reads the sum at every arrival; summing the queue each time was quadratic in
+    a backlog)."""
+
+    def __init__(self, prompt: npt.NDArray[Any] | None = None) -> None:
+        super().__init__()
+        self.prompt = prompt
+        self.tokens = 0
+
+    def _size(self, req: int) -> int:
+        return int(self.prompt[req]) if self.prompt is not None else 0
+
+    def append(self, req: int) -> None:
+        super().append(req)
+        self.tokens += self._size(req)
+
+    def appendleft(self, req: int) -> None:
+        super().appendleft(req)
+        self.tokens += self._size(req)
+
+    def pop(self, i: int = -1) -> int:
+        req = super().pop() if i == -1 else self._take(i)
+        self.tokens -= self._size(req)
+        return req
+
+    def _take(self, i: int) -> int:
+        req = self[i]
+        del self[i]
+        return req
+
+    def popleft(self) -> int:
+        req = super().popleft()
+        self.tokens -= self._size(req)
+        return req
+
+    def clear(self) -> None:
+        super().clear()
+        self.tokens = 0
+
+
 @dataclass(eq=False)
 class _DecodeReplica(_Replica):
     members: dict[int, int] = field(default_factory=dict)  # request -> join step
     finish_heap: list[tuple[int, int, int]] = field(default_factory=list)
     """(finish step, request, join step); entries of preempted joins are skipped."""
-    waiting: deque[int] = field(default_factory=deque)
+    waiting: _Waiting = field(default_factory=_Waiting)
     steps: int = 0
     t_last: float = 0.0
     ctx_offset: int = 0  # sum over members of (context at join - join step)
