@@ -215,6 +215,10 @@ class PdscalePolicy:
             step_note = (f"{'min' if bounded > desired else 'max'}_replicas {bounded} "
                          f"(the model asks {desired})")
             desired = bounded
+        latency = pool.signals.get(LATENCY_SIGNAL[key[1]])
+        if latency is not None and math.isfinite(latency):
+            notes.insert(0, f"{LATENCY_SIGNAL[key[1]].value} {latency:.3g}s vs SLO "
+                         f"{st.slo_s:g}s")
         reasons = [f"load {load:.4g}/s ({fc_note}; now {demand:.4g}/s)", sized.reason,
                    f"correction {st.correction.value:.2f} "
                    f"(±{st.correction.spread:.2f} in log, {st.correction.readings} readings)",

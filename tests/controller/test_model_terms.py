@@ -117,8 +117,9 @@ def test_a_backlog_in_decode_teaches_prefill_nothing() -> None:
 def test_a_decision_carries_the_model_terms_it_said() -> None:
     """The reasons' numbers are in ``detail`` too (for /v1/decisions, Events and the
     simulator's decisions.json)."""
-    out = _policy().decide(_obs(0, prompt=200_000.0))
+    out = _policy().decide(_obs(0, prompt=200_000.0, ttft=0.3))
     p, d = out[KEY_P].detail, out[KEY_D].detail
+    assert "ttft_p95_s 0.3s vs SLO 0.5s" in out[KEY_P].reasons
     assert p["arrival_rps"] == pytest.approx(100.0)  # 200k tokens/s of 2,000-token prompts
     assert p["offered"] == pytest.approx(p["arrival_rps"] * p["mean_service_s"])
     assert p["replicas_for_slo"] == p["need"]
