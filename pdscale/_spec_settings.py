@@ -251,7 +251,7 @@ SOURCE_SIGNALS = (
     "kv_cache_usage_max_ratio", "preemptions_per_s", "error_ratio", "gpu_utilization_ratio",
     "kv_transfer_waiting")
 """The pool signals whose source ``controller.signal_sources`` may choose (the catalog's
-``Signal`` values; tests/telemetry/test_otlp_signals.py holds the two lists together)."""
+``Signal`` values; tests/telemetry/test_span_rules.py holds the two lists together)."""
 
 SignalSource = Literal["prometheus", "otlp", "both"]
 
