@@ -283,8 +283,9 @@ DECIDED_ON: dict[Role, tuple[Signal, ...]] = {
     Role.DECODE: (Signal.GENERATION_TOKENS_PER_S, Signal.ITL_P95_S),
 }
 """What a pool is decided on, whichever source gives it: its demand (without it the pool is
-held as degraded) and its latency (the reactive path). The other signals the controller
-reads sharpen a decision; a source without them (spans give no queue gauge) is not a fault."""
+held as degraded) and its latency (the correction learns from it). The other signals the
+controller reads sharpen a decision; a source without them (spans give no queue gauge) is not
+a fault."""
 
 
 @dataclass(frozen=True)
