@@ -29,6 +29,7 @@ pools, and the quantile error of the span sketch against Prometheus histograms.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import json
 import math
@@ -359,12 +360,7 @@ def _estimates(values: Sequence[float], slots: Sequence[int]
     for name, bounds in tables.items():
         counts = [0.0] * (len(bounds) + 1)
         for v in values:
-            for i, b in enumerate(bounds):
-                if v <= b:
-                    counts[i] += 1
-                    break
-            else:
-                counts[-1] += 1
+            counts[bisect.bisect_left(bounds, v)] += 1  # the first bucket with v <= its bound
         per_bucket = list(zip([*bounds, math.inf], counts, strict=True))
         out[name] = {q: histogram_quantile(q, per_bucket) or math.nan for q in qs}
     return out
@@ -403,37 +399,17 @@ def replay_accuracy(trace: str, window_s: float = 300.0, slot_s: float = 30.0
 
 
 def accuracy(samples: int = 200_000, seed: int = 0) -> list[dict[str, float | str]]:
-    from fastdigest import TDigest
-
     rng = random.Random(seed)
     values = [rng.lognormvariate(math.log(0.3), 0.7) if rng.random() < 0.97
               else rng.lognormvariate(math.log(2.0), 0.5) for _ in range(samples)]
-    exact = sorted(values)
     # The store keeps one digest per 30 s slot and merges ten of them for a 5 m window.
-    slots = [TDigest(max_centroids=100) for _ in range(10)]
-    for i, v in enumerate(values):
-        slots[i % 10].update(v)
-    merged = TDigest(max_centroids=100)
-    for d in slots:
-        merged.merge_inplace(d)
-    tables = {"vllm": ENGINE_HISTOGRAM_BUCKETS["vllm"]["ttft"],
-              "dynamo": dynamo_buckets(*DYNAMO_BUCKET_DEFAULTS["ttft"])}
+    est = _estimates(values, [i % 10 for i in range(samples)])
     rows: list[dict[str, float | str]] = []
-    for q in (0.5, 0.95, 0.99):
-        truth = exact[min(len(exact) - 1, int(q * len(exact)))]
+    for q, truth in est["exact"].items():
         row: dict[str, float | str] = {"quantile": f"p{round(q * 100)}", "exact_s": truth,
-                                       "sketch_rel_err": merged.quantile(q) / truth - 1}
-        for name, bounds in tables.items():
-            counts = [0.0] * (len(bounds) + 1)
-            for v in values:
-                for i, b in enumerate(bounds):
-                    if v <= b:
-                        counts[i] += 1
-                        break
-                else:
-                    counts[-1] += 1
-            est = histogram_quantile(q, list(zip([*bounds, math.inf], counts, strict=True)))
-            row[f"{name}_buckets_rel_err"] = (est or math.nan) / truth - 1
+                                       "sketch_rel_err": est["sketch"][q] / truth - 1}
+        for name in ("vllm", "dynamo"):
+            row[f"{name}_buckets_rel_err"] = est[name][q] / truth - 1
         rows.append(row)
     return rows
 
