@@ -142,6 +142,8 @@ class PdscalePolicy:
         self.settings = settings
         self.tick_s = float(settings.tick)
         self.forecasts = forecasts
+        self.service_rps: dict[str, float] = {}
+        """Service -> requests/s its prefill is sized to deliver this tick (decode's floor)."""
         self.state = {key: PoolModelState(profile, slo_s[key],
                                           ColdStartTracker(cold_start_s[key]))
                       for key, profile in profiles.items()}
@@ -170,7 +172,7 @@ class PdscalePolicy:
                 self.state[key].queued_at = pool.data_time_s
         # Prefill first: a request prefilled now decodes a prefill later, so decode's arrivals
         # are at least what its service's prefill is sized to deliver.
-        self.service_rps: dict[str, float] = {}
+        self.service_rps = {}
         order = sorted((k for k in observation.pools if k in self.state),
                        key=lambda k: k[1] is not Role.PREFILL)
         return {key: self._decide(key, observation.pools[key], observation.now_s,
@@ -197,17 +199,17 @@ class PdscalePolicy:
             computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
             demand = computed if computed is not None else uncached_prefill_demand(demand, hit)
         self._read_lengths(st, pool, service_prompt, notes)
-        rising = self._trend(st, pool.data_time_s, demand, self.lead_s(key), notes)
+        lead = self.lead_s(key)
+        rising = self._trend(st, pool.data_time_s, demand, lead, notes)
         demand += self._queue_growth(st, pool, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
-        lead = self.lead_s(key)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
         peak = self._peak(key, pool, demand, notes)
         load = max(demand, peak, rising, forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(key, st, pool, demand, hit, notes)
-        sized = self._size(key, st, pool, load, hit, notes)
+        sized = self._size(key, st, pool, load, hit, lead, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
         bounded = max(r.min_replicas, min(r.max_replicas, desired))
         if bounded != desired:
@@ -337,13 +339,12 @@ class PdscalePolicy:
                           quantile=SLO_QUANTILE)
 
     def _size(self, key: PoolKey, st: PoolModelState, pool: PoolObservation, load: float,
-              hit: float | None, notes: list[str]) -> Sized:
+              hit: float | None, lead: float, notes: list[str]) -> Sized:
         queue = pool.signals.get(Signal.QUEUE_DEPTH)
         if queue is None:
             notes.append("queue unread: no backlog assumed")
         # The backlog replicas asked now meet: what waits, and what the queue gains at its
         # measured growth until they are ready.
-        lead = self.lead_s(key)
         backlog = (queue or 0.0) + st.growth_rps * lead
         k = st.correction.value
         if key[1] is Role.PREFILL:
