@@ -8,6 +8,7 @@ either matches.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -60,7 +61,9 @@ class Cron:
     weekdays_restricted: bool
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def parse(cls, text: str) -> Cron:
+        """The expression parsed (cached: a floor's expression is read every tick)."""
         parts = text.split()
         if len(parts) != 5:
             raise CronError(f"{text!r}: expected five fields (minute hour day-of-month month "
