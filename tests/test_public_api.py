@@ -7,9 +7,11 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "pdscale.alerts": ["AlertDef", "ScenarioError", "TierDef", "alert_defs", "alert_files",
-               "alerting_groups", "alertmanager_config", "dump_yaml", "prometheus_rule",
-               "recording_groups", "render_template", "unit_tests"],
+    "pdscale.alerts": ["AlertDef", "RUNBOOKS", "Runbook", "RunbookCase", "RunbookPanel",
+               "ScenarioError", "TierDef", "alert_defs", "alert_files",
+               "alerting_groups", "alertmanager_config", "alerts_table", "dump_yaml",
+               "prometheus_rule", "recording_groups", "render_template", "runbooks_page",
+               "unit_tests", "with_alerts_table"],
     "pdscale.dashboards": ["DashboardDoc", "build_dashboards", "dashboard_files", "panel_queries"],
     "pdscale.telemetry": ["CONTROL_PLANE_METRICS", "ControllerTelemetry", "DISPERSION_WINDOW",
                   "DISPERSION_WINDOW_S", "KNOWN_METRICS",

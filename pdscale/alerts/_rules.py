@@ -9,7 +9,8 @@ each with its own threshold and ``for`` (kubernetes-mixin convention, shared/REF
 Rules are per pool, so thresholds tied to a service (its SLO, its pool's cold start) are exact.
 Beside the PromQL, every tier carries a small Python model of its expression
 (:attr:`TierDef.value`), which the promtool test generator uses to predict when each tier
-fires; promtool then checks the prediction against the real rule engine.
+fires; promtool then checks the prediction against the real rule engine. Each alert's
+``summary`` comes from its runbook (``_runbooks.py``), the one source of the runbooks page.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pdscale.alerts._runbooks import summary
 from pdscale.spec import (
     AlertSettings,
     Role,
@@ -104,6 +106,7 @@ class AlertDef:
     service: ServiceSpec
     role: Role
     summary: str
+    """From the alert's runbook (:func:`pdscale.alerts._runbooks.summary`)."""
     description: str
     """Alertmanager template; only {{ $labels.x }} and {{ $value | f }} are used."""
     tiers: tuple[TierDef, ...]
@@ -203,7 +206,7 @@ def _stale(m: int, _h: float) -> float | None:
 
 def _gauge_alert(*, name: str, service: ServiceSpec, role: Role, signal: Signal,
                  warning: float, warning_for: int, critical: float, critical_for: int,
-                 summary: str, description: str, bound: float | None = None,
+                 description: str, bound: float | None = None,
                  multiplier: float = 1.0, labels: Mapping[str, str] | None = None) -> AlertDef:
     """`recorded > threshold × multiplier` in two tiers, driven by setting the series."""
     series = recorded_name(signal)
@@ -211,7 +214,7 @@ def _gauge_alert(*, name: str, service: ServiceSpec, role: Role, signal: Signal,
     w, c = warning * multiplier, critical * multiplier
     crit_level = (c + bound) / 2 if bound is not None else c * 1.25 if c > 0 else c + 1
     return AlertDef(
-        name=name, service=service, role=role, summary=summary, description=description,
+        name=name, service=service, role=role, summary=summary(name), description=description,
         tiers=(
             TierDef("warning", f"{sel} > {_num(w)}", warning_for, _gt(series, role, w),
                     labels=dict(labels or {})),
@@ -271,7 +274,6 @@ def _ttft_stage_alerts(spec: Spec, service: ServiceSpec, role: Role) -> list[Ale
             name="LLMTimeToFirstTokenStageHigh", service=service, role=role, signal=signal,
             warning=tiers.warning.value, warning_for=tiers.warning.for_,
             critical=tiers.critical.value, critical_for=tiers.critical.for_,
-            summary="One stage takes a large share of the time to first token.",
             description=f"{where}: {what.format(value=value)} against a TTFT SLO of "
                         f"{slo:g}s: {advice}.",
             multiplier=slo, labels={"stage": stage}))
@@ -290,7 +292,7 @@ def _drain_alerts(spec: Spec, service: ServiceSpec, role: Role) -> list[AlertDef
     timeout = format_duration(spec.controller.drain.timeout)
     return [AlertDef(
         name="PDScaleDrainTimingOut", service=service, role=role,
-        summary="Scale-down drains keep timing out: replicas are removed with work on them.",
+        summary=summary("PDScaleDrainTimingOut"),
         description=f"{where}: the last {{{{ $value }}}} drains in a row ended at the "
                     f"{timeout} timeout with requests still on the replica, which were cut. "
                     "Requests outlast the timeout (raise controller.drain.timeout), or the "
@@ -312,24 +314,21 @@ def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> l
     where = f"{service.namespace}/{service.name} {role.value}"
     defs: list[AlertDef] = []
 
-    def gauge(name: str, signal: Signal, tiers: Any, summary: str, description: str,
-              **kw: Any) -> None:
+    def gauge(name: str, signal: Signal, tiers: Any, description: str, **kw: Any) -> None:
         if signal in have:
             defs.append(_gauge_alert(
                 name=name, service=service, role=role, signal=signal,
                 warning=tiers.warning.value, warning_for=tiers.warning.for_,
                 critical=tiers.critical.value, critical_for=tiers.critical.for_,
-                summary=summary, description=description, **kw))
+                description=description, **kw))
 
     if role is Role.PREFILL:
         gauge("LLMTimeToFirstTokenHigh", Signal.TTFT_P95_S, th.ttft_high,
-              "Time to first token p95 is above the SLO.",
               f"{where}: TTFT p95 is {{{{ $value | humanizeDuration }}}} against an SLO of "
               f"{service.slo.ttft_p95_s:g}s. Add prefill replicas or check the queue.",
               multiplier=service.slo.ttft_p95_s)
     if role is Role.DECODE:
         gauge("LLMInterTokenLatencyHigh", Signal.ITL_P95_S, th.itl_high,
-              "Inter-token latency p95 is above the SLO.",
               f"{where}: ITL p95 is {{{{ $value | humanizeDuration }}}} against an SLO of "
               f"{service.slo.itl_p95_s:g}s. Add decode replicas or check KV-cache pressure.",
               multiplier=service.slo.itl_p95_s)
@@ -340,33 +339,26 @@ def _pool_alerts(settings: AlertSettings, service: ServiceSpec, role: Role) -> l
     if role is Role.PREFILL and Signal.PREFIX_CACHE_HIT_RATIO in have:
         defs.append(_prefix_drop_alert(settings, service, role, where))
     gauge("LLMKVCacheNearFull", Signal.KV_CACHE_USAGE_MAX_RATIO, th.kv_cache_usage,
-          "KV cache is nearly full.",
           f"{where}: the fullest replica's KV cache is {{{{ $value | humanizePercentage }}}} "
           "used; requests will queue or be preempted.", bound=1.0)
     gauge("LLMPreemptionsRising", Signal.PREEMPTIONS_PER_S, th.preemptions,
-          "Sequences are being preempted.",
           f"{where}: {{{{ $value | humanize }}}} preemptions per second; the KV cache is "
           "over-committed.")
     gauge("LLMErrorRateHigh", Signal.ERROR_RATIO, th.error_ratio,
-          "Requests are failing.",
           f"{where}: {{{{ $value | humanizePercentage }}}} of requests failed over 5 minutes.",
           bound=1.0)
     # P/D "cache write" failures: the KV a prefill wrote never reaches its decode instance.
     gauge("LLMKVTransferFailing", Signal.KV_TRANSFER_FAILURES_PER_S, th.kv_transfer_failures,
-          "P/D KV-cache transfers are failing.",
           f"{where}: {{{{ $value | humanize }}}} KV transfers failed per second; their requests "
           "fail or are recomputed (check the KV connector and the network between pools).")
     gauge("LLMKVHandoffFailing", Signal.KV_HANDOFF_FAILURES_PER_S, th.kv_transfer_failures,
-          "P/D KV-cache hand-offs are failing.",
           f"{where}: {{{{ $value | humanize }}}} requests per second lost their KV hand-off "
           "(expired before decode read it, or the bootstrap failed); decode may be too slow "
           "to pick them up.")
     gauge("LLMGPUMemoryNearFull", Signal.GPU_MEMORY_USED_MAX_RATIO, th.gpu_memory,
-          "GPU memory is nearly full.",
           f"{where}: the fullest GPU has {{{{ $value | humanizePercentage }}}} of its memory "
           "used.", bound=1.0)
     gauge("LLMGPUTemperatureHigh", Signal.GPU_TEMPERATURE_MAX_CELSIUS, th.gpu_temperature,
-          "A GPU is running hot.",
           f"{where}: the hottest GPU is at {{{{ $value }}}} degrees Celsius.")
     if Signal.GPU_XID_ERRORS in have:
         defs.append(_xid_alert(settings, service, role))
@@ -404,7 +396,7 @@ def _backlog_alert(service: ServiceSpec, role: Role, tiers: Any, where: str) -> 
     w, c = tiers.warning.value, tiers.critical.value
     return AlertDef(
         name="LLMQueueBacklogHigh", service=service, role=role,
-        summary="Requests are queueing faster than the pool serves them.",
+        summary=summary("LLMQueueBacklogHigh"),
         description=f"{where}: {{{{ $value | humanize }}}} requests wait per ready replica.",
         tiers=(TierDef("warning", f"{ratio} > {_num(w)}", tiers.warning.for_, model(w)),
                TierDef("critical", f"{ratio} > {_num(c)}", tiers.critical.for_, model(c))),
@@ -437,7 +429,7 @@ def _queue_growing_alert(service: ServiceSpec, role: Role, tiers: Any, healthy: 
 
     return AlertDef(
         name="LLMQueueGrowing", service=service, role=role,
-        summary="The request queue keeps growing.",
+        summary=summary("LLMQueueGrowing"),
         description=f"{where}: the queue grew by {{{{ $value | humanize }}}} requests per "
                     "second over the last 10 minutes.",
         tiers=(TierDef("warning", f"{expr} > {_num(w)}", tiers.warning.for_, model(w)),
@@ -475,7 +467,7 @@ def _prefix_drop_alert(settings: AlertSettings, service: ServiceSpec, role: Role
     healthy = 0.6
     return AlertDef(
         name="LLMPrefixCacheHitRateDropped", service=service, role=role,
-        summary="The prefix-cache hit rate fell well below its usual level.",
+        summary=summary("LLMPrefixCacheHitRateDropped"),
         description=f"{where}: the prefix-cache hit rate is {{{{ $value | humanizePercentage }}}}"
                     f" below its {window} average; prompts are being recomputed (routing or "
                     "cache eviction changed?).",
@@ -508,7 +500,7 @@ def _xid_alert(settings: AlertSettings, service: ServiceSpec, role: Role) -> Ale
     non_critical = next(c for c in (13, 31, 43, 45, 1, 2, 3) if c not in codes)
     return AlertDef(
         name="LLMGPUXidError", service=service, role=role,
-        summary="A GPU reported an XID error.",
+        summary=summary("LLMGPUXidError"),
         description="{{ $labels.namespace }}/{{ $labels.pod }} GPU {{ $labels.gpu }} "
                     "reported XID {{ $value }}; critical codes mean the instance should be "
                     "drained and its node checked.",
@@ -538,7 +530,7 @@ def _target_down_alert(service: ServiceSpec, role: Role, tiers: Any, where: str)
     targets = TARGETS
     return AlertDef(
         name="LLMPoolTargetDown", service=service, role=role,
-        summary="Replicas of the pool cannot be scraped.",
+        summary=summary("LLMPoolTargetDown"),
         description=f"{where}: {{{{ $value | humanizePercentage }}}} of the pool's targets are "
                     "down.",
         tiers=(TierDef("warning", f"{expr} > {_num(w)}", tiers.warning.for_, model(w)),
@@ -590,7 +582,7 @@ def _absent_alert(service: ServiceSpec, role: Role, tiers: Any, where: str, grou
     labels = {"signal_group": group}
     return AlertDef(
         name="LLMPoolMetricsAbsent", service=service, role=role,
-        summary="A signal group of the pool has no data.",
+        summary=summary("LLMPoolMetricsAbsent"),
         description=f"{where}: no {group} data ({signal.value}, recorded as {series}): its "
                     "engine series are missing or the pool's selector matches nothing; the "
                     "alerts and dashboards that read it are blind (pdscale check SPEC "
@@ -628,7 +620,7 @@ def _slo_bucket_alert(service: ServiceSpec, role: Role, tiers: Any, where: str
     what = "time to first token" if kind == "ttft" else "inter-token latency"
     return AlertDef(
         name="LLMPoolMetricsAbsent", service=service, role=role,
-        summary="The latency histogram has no bucket at the SLO threshold.",
+        summary=summary("LLMPoolMetricsAbsent", "slo_bucket"),
         description=f"{where}: no slo_bucket data: the {what} histogram is there but has no "
                     f"bucket at the SLO's {threshold:g} s, so the SLO error ratios and the "
                     "burn-rate alerts read nothing. The engine runs with custom buckets: put "
@@ -662,7 +654,7 @@ def _scaling_stuck_alert(service: ServiceSpec, role: Role, tiers: Any, cold_star
     cf = max(for_of(tiers.critical.value), wf + 60)
     return AlertDef(
         name="LLMPoolScalingStuck", service=service, role=role,
-        summary="The pool has had fewer ready replicas than desired for several cold starts.",
+        summary=summary("LLMPoolScalingStuck"),
         description=f"{where}: {{{{ $value }}}} replicas desired but fewer are ready after "
                     f"{format_duration(wf)} (cold start {format_duration(cold_start_s)}); "
                     "check pending pods, quota and image pulls.",
@@ -698,7 +690,7 @@ def _control_plane_alert(service: ServiceSpec, role: Role, tiers: Any, where: st
     w, c = tiers.warning.value, tiers.critical.value
     return AlertDef(
         name="PDScaleControlPlaneDegraded", service=service, role=role,
-        summary="pdscale is not deciding on fresh data.",
+        summary=summary("PDScaleControlPlaneDegraded"),
         description=f"{where}: the controller's last decision or input data is "
                     "{{ $value | humanizeDuration }} old; it holds replicas and never scales "
                     "down until data returns.",
@@ -753,7 +745,7 @@ def _burn_rate_alerts(settings: AlertSettings, service: ServiceSpec, role: Role,
     crit_level = min(1.0, budget * factors[0] * 1.5)
     return [AlertDef(
         name=name, service=service, role=role,
-        summary=f"The {what} SLO's error budget is burning fast.",
+        summary=summary(name),
         description=f"{where}: requests miss the {what} SLO fast enough to spend the error "
                     "budget early.",
         tiers=tuple(tiers),
