@@ -69,7 +69,10 @@ PUBLIC = {
                   "fluid_load_from_trace", "load_profile", "load_trace",
                   "prepare", "result_files", "run_event", "run_fluid",
                   "run_world", "serve_live", "simulate", "size_for_peak",
-                  "stop_stack", "synthetic_trace", "trace_stats", "world_for"],
+                  "stop_stack", "synthetic_trace", "trace_stats", "world_for",
+                  "PUBLIC_TRACES", "TRACES_ENV", "PublicTrace", "TraceFetchError",
+                  "TraceFile", "TraceUnavailable", "default_traces_dir", "fetch_trace",
+                  "resolve_trace", "traces_dir"],
 }
 
 

@@ -61,14 +61,27 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from pdscale.simulator import ProfileError, SimOptions, TraceError, result_files, simulate
+    from pdscale.simulator import (
+        ProfileError,
+        SimOptions,
+        TraceError,
+        resolve_trace,
+        result_files,
+        simulate,
+        traces_dir,
+    )
 
     spec = load_checked(args.spec)
     if spec is None:
         return EXIT_BAD_INPUT
     if not out_ok(args.out):
         return EXIT_BAD_INPUT
-    options = SimOptions(trace=args.trace, fmt=args.format, policy=args.policy, mode=args.mode,
+    try:
+        trace = resolve_trace(args.trace, traces_dir(args.traces))
+    except TraceError as exc:
+        err(str(exc))
+        return EXIT_BAD_INPUT
+    options = SimOptions(trace=trace, fmt=args.format, policy=args.policy, mode=args.mode,
                          cold_start_s=args.cold_start, seed=args.seed, scale=args.scale,
                          service=args.service, router=args.router, start_s=args.start,
                          duration_s=args.duration, skip_bad_rows=args.skip_bad_rows,
@@ -212,9 +225,15 @@ def register(sub: Any) -> None:
     p.add_argument("--spec", required=True,
                    help="the spec: profiles, SLOs and pool bounds of the service replayed")
     p.add_argument("--trace", default="synthetic",
-                   help="trace file, 'synthetic' (default), or 'scenario:NAME' for a generated "
+                   help="trace file, a public trace's name in --traces (azure-code, "
+                        "mooncake-conversation, servegen-m-large, ...: `pdscale trace list`), "
+                        "'synthetic' (default), or 'scenario:NAME' for a generated "
                         "scenario family (daily-rise, flash-crowd, steps, slow-ramp, "
                         "length-shift, decode-heavy, cold-morning)")
+    p.add_argument("--traces", metavar="DIR",
+                   help="folder of the public traces, where --trace NAME is looked up "
+                        "(default: $PDSCALE_TRACES, else ~/.local/share/pdscale/traces; "
+                        "`pdscale trace fetch NAME --to DIR` fills it)")
     p.add_argument("--format", choices=["azure", "burstgpt", "mooncake", "servegen",
                                         "synthetic"])
     p.add_argument("--policy", default="static", choices=["static", "reactive", "dynamo",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pdscale.controller import InstanceProfile, ProfileError, builtin_profiles, load_profile
 from pdscale.simulator._compare import compare_policies, comparison_files, comparison_table
 from pdscale.simulator._event import EventSimulator, PoolSetup, SimSetup
+from pdscale.simulator._fetch import TraceFetchError, TraceUnavailable, fetch_trace
 from pdscale.simulator._fluid import (
     FluidLoad,
     FluidWorld,
@@ -41,6 +42,15 @@ from pdscale.simulator._trace import (
     load_trace,
     synthetic_trace,
     trace_stats,
+)
+from pdscale.simulator._tracedir import (
+    PUBLIC_TRACES,
+    TRACES_ENV,
+    PublicTrace,
+    TraceFile,
+    default_traces_dir,
+    resolve_trace,
+    traces_dir,
 )
 from pdscale.simulator._world import SimClock, SimResult, World, run_world
 
@@ -91,6 +101,8 @@ __all__ = [
     "DYNAMO_VERSION",
     "FORMATS",
     "POLICIES",
+    "PUBLIC_TRACES",
+    "TRACES_ENV",
     "DynamoNotInstalled",
     "DynamoPolicy",
     "DynamoStack",
@@ -104,6 +116,7 @@ __all__ = [
     "PoolSetup",
     "Prepared",
     "ProfileError",
+    "PublicTrace",
     "ReactivePolicy",
     "SimClock",
     "SimOptions",
@@ -113,20 +126,26 @@ __all__ = [
     "StaticPolicy",
     "Trace",
     "TraceError",
+    "TraceFetchError",
+    "TraceFile",
     "TraceStats",
+    "TraceUnavailable",
     "World",
     "attach_reconciler",
     "builtin_profiles",
     "compare_policies",
     "comparison_files",
     "comparison_table",
+    "default_traces_dir",
     "demand_plan",
     "dynamo_python",
+    "fetch_trace",
     "fluid_load_from_servegen",
     "fluid_load_from_trace",
     "load_profile",
     "load_trace",
     "prepare",
+    "resolve_trace",
     "result_files",
     "run_event",
     "run_fluid",
@@ -137,5 +156,6 @@ __all__ = [
     "stop_stack",
     "synthetic_trace",
     "trace_stats",
+    "traces_dir",
     "world_for",
 ]
