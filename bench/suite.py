@@ -49,7 +49,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,18 +59,23 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a job: --jobs sets the
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from pdscale.simulator import (  # noqa: E402 (after the path insert)
+    ATTAINMENT_TARGET,
+    GENEROUS,
+    TRACES_ENV,
+    TraceError,
+    resolve_trace,
+    traces_dir,
+)
+from pdscale.simulator import search_best_fixed as search_best_fixed_in  # noqa: E402
+
 SPEC = ROOT / "bench" / "suite.yaml"
 RESULTS = ROOT / "bench" / "results"
-TRACES_ENV = "PDSCALE_TRACES"
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
 
-ATTAINMENT_TARGET = 0.99
-CEILING_MARGIN = 0.003
 ORACLE_FACTOR = 1.10
 REACTIVE_TARGETS = (0.4, 0.6, 0.8)
 """HPA utilisation targets swept (0.6 is the policy's default)."""
-GENEROUS = 1.5
-"""The ceiling allocation: the oracle plan's peak times this, plus one replica."""
 
 
 @dataclass(frozen=True)
@@ -103,44 +108,6 @@ SCENARIOS: tuple[Scenario, ...] = (
              "fluid", tier="full"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
-
-
-# -- the best fixed allocation --------------------------------------------------------------
-
-def best_fixed(feasible: Callable[[int, int], bool], p_max: int, d_max: int
-               ) -> tuple[int, int] | None:
-    """The allocation (prefill, decode) with the fewest replicas in all for which
-    ``feasible`` holds, assuming more replicas of either pool never make it fail (ties: fewer
-    prefill). None when even (p_max, d_max) fails.
-
-    Under that monotonicity the feasible set's lower edge is a staircase: the fewest decode
-    replicas d(p) falls as prefill grows. The search finds the fewest prefill p0 with all
-    decode replicas, then walks p up from p0 while p - p0 can still beat the best total,
-    binary-searching d(p) below the last one: O((p range + log d) evaluations), exact."""
-    if not feasible(p_max, d_max):
-        return None
-
-    def lowest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
-        while lo < hi:  # the least x in [lo, hi] with ok(x); ok(hi) holds
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    p0 = lowest(1, p_max, lambda p: feasible(p, d_max))
-    d_floor = lowest(1, d_max, lambda d: feasible(p_max, d))
-    best = (p0, lowest(1, d_max, lambda d: feasible(p0, d)))
-    d_prev = best[1]
-    p = p0 + 1
-    while p <= p_max and p + d_floor < sum(best) and d_prev > d_floor:
-        d = lowest(d_floor, d_prev, lambda d, p=p: feasible(p, d))
-        if p + d < sum(best):
-            best = (p, d)
-        d_prev = d
-        p += 1
-    return best
 
 
 # -- one simulation ---------------------------------------------------------------------------
@@ -255,30 +222,24 @@ def search_best_fixed(sc: Scenario, seeds: list[int], traces: str, runner: Runne
                       ) -> dict[str, Any]:
     """The best fixed allocation of ``sc`` over ``seeds`` (cold start irrelevant: it never
     scales). A candidate is tried on one seed at a time and rejected at its first miss."""
-    tried: dict[tuple[int, int], bool] = {}
 
     def job(p: int, d: int, seed: int) -> dict[str, Any]:
         return {"scenario": sc.name, "policy": "best-fixed", "start": "fixed",
                 "cold_start_s": 60.0, "seed": seed, "initial": (p, d), "traces": traces}
 
-    def reaches(p: int, d: int, target: float) -> bool:
-        if (p, d) not in tried:
-            tried[(p, d)] = all(runner.map([job(p, d, s)])[0]["slo_attainment"] >= target
-                                for s in seeds)
-        return tried[(p, d)]
+    def attainments(p: int, d: int) -> Iterator[float]:
+        return (runner.map([job(p, d, s)])[0]["slo_attainment"] for s in seeds)
 
     (peak,) = runner.map([{"scenario": sc.name, "policy": "static", "start": "fixed",
                            "cold_start_s": 60.0, "seed": seeds[0], "traces": traces}])
     p_max = math.ceil(peak["peak_need"][0] * GENEROUS) + 1
     d_max = math.ceil(peak["peak_need"][1] * GENEROUS) + 1
-    ceiling = min(r["slo_attainment"] for r in runner.map([job(p_max, d_max, s)
-                                                             for s in seeds]))
-    target = min(ATTAINMENT_TARGET, ceiling - CEILING_MARGIN)
-    found = best_fixed(lambda p, d: reaches(p, d, target), p_max, d_max)
-    assert found is not None  # (p_max, d_max) reaches the target by construction
-    rows = runner.map([job(*found, s) for s in seeds])
-    return {"prefill": found[0], "decode": found[1], "target": target, "ceiling": ceiling,
-            "evaluated": len(tried), "bounds": [p_max, d_max], "rows": rows}
+    runner.map([job(p_max, d_max, s) for s in seeds])  # the ceiling's runs, in parallel
+    found = search_best_fixed_in(attainments, p_max, d_max)
+    rows = runner.map([job(found.prefill, found.decode, s) for s in seeds])
+    return {"prefill": found.prefill, "decode": found.decode, "target": found.target,
+            "ceiling": found.ceiling, "evaluated": found.evaluated, "bounds": [p_max, d_max],
+            "rows": rows}
 
 
 ADAPTIVE = ("pdscale", "dynamo", "oracle", *(f"reactive@{t:g}" for t in REACTIVE_TARGETS))
@@ -541,9 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"adaptive policies to run (default: all of {', '.join(ADAPTIVE)}; "
                         "the best fixed allocation is always searched)")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--traces", default=os.environ.get(TRACES_ENV, str(DEFAULT_TRACES)),
-                        help=f"folder of the shared traces (default: ${TRACES_ENV} or "
-                        "../shared/traces; `pdscale trace fetch` downloads them)")
+    parser.add_argument("--traces", default=None,
+                        help=f"folder of the public traces (default: ${TRACES_ENV} or "
+                        "../shared/traces; `pdscale trace fetch all --to DIR` downloads "
+                        "them)")
     parser.add_argument("--out", help="result name under bench/results (default: suite-<tier>)")
     parser.add_argument("--rerun", metavar="POLICY,...",
                         help="run these policies again instead of reusing the journal's runs "
@@ -566,12 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(args.policies.split(",")) if args.policies else ADAPTIVE
     if unknown := [p for p in policies if p not in ADAPTIVE]:
         parser.error(f"unknown policy(ies) {', '.join(unknown)}; use any of {', '.join(ADAPTIVE)}")
-    needs_traces = [s for s in scenarios if not s.trace.startswith("scenario:")]
-    missing = [s.trace for s in needs_traces if not (Path(args.traces) / s.trace).exists()]
-    if missing:
-        parser.error(f"{args.traces} lacks {', '.join(missing)}: point --traces (or "
-                     f"${TRACES_ENV}) at a folder holding the public traces (their sources "
-                     "are listed in docs/benchmarks.md), or run only the generated scenarios "
+    args.traces = str(traces_dir(args.traces, default=DEFAULT_TRACES))
+    problems = []
+    for s in scenarios:
+        if not s.trace.startswith("scenario:"):
+            try:
+                resolve_trace(s.trace, Path(args.traces))
+            except TraceError as exc:
+                problems.append(str(exc))
+    if problems:
+        parser.error("; ".join(problems) + f"; or point --traces (or ${TRACES_ENV}) at the "
+                     "folder that holds them, or run only the generated scenarios "
                      f"(--scenarios {','.join(GENERATED)})")
     started = time.perf_counter()
     name = args.out or f"suite-{args.tier}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first run: set up, then compare pdscale with the reactive (HPA-like) and static policies
-# on the embedded synthetic trace, print the table, and write plots, per-policy results and
-# the spec's alerts and dashboards into out/.
+# and the best fixed allocation in hindsight on a generated working morning, print the table,
+# and write plots, per-policy results and the spec's alerts and dashboards into out/.
 #   scripts/demo.sh [SPEC] [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -11,47 +10,6 @@ import pytest
 from tests.conftest import bench_module
 
 S = bench_module("suite")
-
-
-def _exhaustive(feasible, p_max: int, d_max: int) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
-    options = [(p, d) for p, d in itertools.product(range(1, p_max + 1), range(1, d_max + 1))
-               if feasible(p, d)]
-    return min(options, key=lambda a: (a[0] + a[1], a[0])) if options else None
-
-
-CASES = {
-    # Independent pools: each needs its own minimum.
-    "corner": lambda p, d: p >= 7 and d >= 3,
-    # Decode load spills into prefill (a longer TTFT when decode admits slowly): a staircase
-    # whose best point is not the corner of the two minimums.
-    "staircase": lambda p, d: p >= 4 and d >= 2 and p + 2 * d >= 14,
-    "trade": lambda p, d: p * d >= 24 and p >= 2,
-    "nothing": lambda p, d: False,
-}
-
-
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_best_fixed_finds_the_smallest_allocation(case: str) -> None:
-    feasible = CASES[case]
-    calls: list[tuple[int, int]] = []
-
-    def counted(p: int, d: int) -> bool:
-        calls.append((p, d))
-        return feasible(p, d)
-
-    found = S.best_fixed(counted, 12, 9)
-    assert found == _exhaustive(feasible, 12, 9)
-    assert len(set(calls)) < 12 * 9 // 2  # a search, not a scan
-
-
-def test_best_fixed_on_a_simulated_case() -> None:
-    """The best fixed allocation of a hand-made staircase found by the search agrees with the
-    exhaustive answer; its neighbours below fail."""
-    found = S.best_fixed(CASES["staircase"], 20, 20)
-    assert found is not None
-    p, d = found
-    assert CASES["staircase"](p, d)
-    assert not CASES["staircase"](p - 1, d) and not CASES["staircase"](p, d - 1)
 
 
 def test_frontier_interpolates_inside_and_is_undecided_outside() -> None:

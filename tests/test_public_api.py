@@ -72,7 +72,9 @@ PUBLIC = {
                   "stop_stack", "synthetic_trace", "trace_stats", "world_for",
                   "PUBLIC_TRACES", "TRACES_ENV", "PublicTrace", "TraceFetchError",
                   "TraceFile", "TraceUnavailable", "default_traces_dir", "fetch_trace",
-                  "resolve_trace", "traces_dir"],
+                  "resolve_trace", "traces_dir", "ATTAINMENT_TARGET", "CEILING_MARGIN",
+                  "GENEROUS", "BestFixed", "best_fixed", "fixed_in_hindsight",
+                  "search_best_fixed"],
 }
 
 

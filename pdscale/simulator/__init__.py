@@ -5,7 +5,20 @@ worlds the production controller runs in (:func:`run_world`), baseline policies,
 from typing import TYPE_CHECKING, Any
 
 from pdscale.controller import InstanceProfile, ProfileError, builtin_profiles, load_profile
-from pdscale.simulator._compare import compare_policies, comparison_files, comparison_table
+from pdscale.simulator._bestfixed import (
+    ATTAINMENT_TARGET,
+    CEILING_MARGIN,
+    GENEROUS,
+    BestFixed,
+    best_fixed,
+    search_best_fixed,
+)
+from pdscale.simulator._compare import (
+    compare_policies,
+    comparison_files,
+    comparison_table,
+    fixed_in_hindsight,
+)
 from pdscale.simulator._event import EventSimulator, PoolSetup, SimSetup
 from pdscale.simulator._fetch import TraceFetchError, TraceUnavailable, fetch_trace
 from pdscale.simulator._fluid import (
@@ -98,11 +111,15 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ATTAINMENT_TARGET",
+    "CEILING_MARGIN",
     "DYNAMO_VERSION",
     "FORMATS",
+    "GENEROUS",
     "POLICIES",
     "PUBLIC_TRACES",
     "TRACES_ENV",
+    "BestFixed",
     "DynamoNotInstalled",
     "DynamoPolicy",
     "DynamoStack",
@@ -132,6 +149,7 @@ __all__ = [
     "TraceUnavailable",
     "World",
     "attach_reconciler",
+    "best_fixed",
     "builtin_profiles",
     "compare_policies",
     "comparison_files",
@@ -140,6 +158,7 @@ __all__ = [
     "demand_plan",
     "dynamo_python",
     "fetch_trace",
+    "fixed_in_hindsight",
     "fluid_load_from_servegen",
     "fluid_load_from_trace",
     "load_profile",
@@ -150,6 +169,7 @@ __all__ = [
     "run_event",
     "run_fluid",
     "run_world",
+    "search_best_fixed",
     "serve_live",
     "simulate",
     "size_for_peak",

@@ -1,25 +1,27 @@
 """Policies side by side on one trace: the table and plots people compare autoscalers by.
 
-Used by ``pdscale demo`` (the embedded synthetic trace) and meant for the policy benchmark on
-the shared traces. Every policy replays the same trace with the same seed, pools, profiles and
-cold start; the table reports SLO attainment, GPU-hours, latency percentiles and scale
-actions, and the plots show GPU-hours against attainment and each policy's replicas against the
-load.
+Used by ``pdscale demo``, with the best fixed allocation in hindsight beside the policies
+(:func:`fixed_in_hindsight`). Every policy replays the same trace with the same seed, pools,
+profiles and cold start; the table reports SLO attainment, GPU-hours, latency percentiles and
+scale actions, and the plots show GPU-hours against attainment and each policy's replicas
+against the load.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pdscale.simulator._bestfixed import GENEROUS, BestFixed, search_best_fixed
 from pdscale.simulator._runner import SimResult
 from pdscale.simulator._simulate import SimOptions, result_files, simulate
-from pdscale.spec import Spec
+from pdscale.spec import Role, Spec
 
-__all__ = ["compare_policies", "comparison_files", "comparison_table"]
+__all__ = ["compare_policies", "comparison_files", "comparison_table", "fixed_in_hindsight"]
 
 _COLUMNS = (("policy", "policy", "{}"), ("slo_attainment", "SLO attainment", "{:.1%}"),
             ("gpu_hours", "GPU-hours", "{:.2f}"), ("ttft_p95_s", "TTFT p95 s", "{:.3f}"),
@@ -42,6 +44,34 @@ def compare_policies(spec: Spec, base: SimOptions, policies: Sequence[str], *,
         result, _ = simulate(spec, replace(base, policy=policy), progress=step)
         results[policy] = result
     return results
+
+
+def fixed_in_hindsight(spec: Spec, base: SimOptions, *,
+                       progress: Callable[[int, int, float], None] | None = None
+                       ) -> tuple[BestFixed, SimResult]:
+    """The best fixed allocation of ``base``'s trace (seed and cold start as given) and its
+    run: the fewest replicas held fixed that reach the attainment target, searched between
+    the pools' minimums and the oracle plan's peak need times :data:`GENEROUS` plus one
+    (within their maximums). ``progress(prefill, decode, attainment)`` follows each run."""
+    runs: dict[tuple[int, int], SimResult] = {}
+
+    def run(p: int, d: int) -> SimResult:
+        if (p, d) not in runs:
+            runs[(p, d)], _ = simulate(spec, replace(base, policy="static",
+                                                     initial_replicas=(p, d)))
+            if progress is not None:
+                progress(p, d, runs[(p, d)].summary["slo_attainment"])
+        return runs[(p, d)]
+
+    _, meta = simulate(spec, replace(base, policy="static"))
+    service = spec.service(base.service) if base.service else spec.services[0]
+    pools = [service.pools[role] for role in (Role.PREFILL, Role.DECODE)]
+    p_max, d_max = [max(pool.min_replicas, min(pool.max_replicas, math.ceil(
+        meta["peak_need"][role.value] * GENEROUS) + 1))
+        for pool, role in zip(pools, (Role.PREFILL, Role.DECODE), strict=True)]
+    found = search_best_fixed(lambda p, d: [run(p, d).summary["slo_attainment"]], p_max,
+                              d_max, p_min=pools[0].min_replicas, d_min=pools[1].min_replicas)
+    return found, run(found.prefill, found.decode)
 
 
 def _row(policy: str, result: SimResult) -> dict[str, Any]:

@@ -20,6 +20,10 @@ same name and seed give the same requests.
 | ``length-shift`` | the same request rate, prompts four times longer from minute 25 |
 | ``decode-heavy`` | short prompts, long outputs: decode carries the load |
 | ``cold-morning`` | a near-idle night, then the morning arrives in 15 minutes |
+
+``demo-day`` (``pdscale demo``'s, not in the suite) puts three of them into one working
+morning: the predictable rise, a flash crowd and a prompt-length shift, with three earlier days
+for the forecasters.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy.typing as npt
 
 from pdscale.simulator._trace import Trace, TraceError
 
-__all__ = ["SCENARIOS", "Scenario", "scenario"]
+__all__ = ["DEMO_SCENARIO", "SCENARIOS", "Scenario", "scenario"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -96,6 +100,15 @@ BASE_RPS = 12.0
 """The families' quiet level (requests/s): with the default lengths about 2-3 prefill
 replicas, so a x5 crowd needs 10-15."""
 
+def _demo_day(t_of_day: FloatArray) -> FloatArray:
+    """The demo's day: 40 % of :func:`_day_curve` (10-24 requests/s), sized with the demo's
+    prompt lengths for the shipped example spec (examples/vllm.yaml: at most 16 prefill
+    replicas)."""
+    return 0.4 * _day_curve(t_of_day)
+
+
+_DEMO_CROWD = _piecewise([(0, 1), (130, 1), (131, 2), (140, 2), (141, 1), (180, 1)])
+
 _FAMILIES: dict[str, _Family] = {
     "daily-rise": _Family(
         "a predictable morning rise (x2.5 over 40 minutes); three earlier days to learn it from",
@@ -134,8 +147,19 @@ _FAMILIES: dict[str, _Family] = {
         "a near-idle night (one request every few seconds), then the morning in 15 minutes",
         duration_s=4800.0,
         rate=_piecewise([(0, 0.3), (30, 0.3), (45, 4.5 * BASE_RPS), (80, 4.5 * BASE_RPS)])),
+    "demo-day": _Family(
+        "a working morning from 06:00: the rise from 07:00 to 07:40 (as on three earlier "
+        "days), a flash crowd doubling the load at 08:10 for ten minutes, prompts 2.5 times "
+        "as long from 08:30",
+        duration_s=3 * 3600.0,
+        rate=lambda t: _demo_day(t + 6 * 3600.0) * _DEMO_CROWD(t),
+        lengths=((0.0, Lengths(prompt_median=2000.0)),
+                 (150 * MINUTE_S, Lengths(prompt_median=5000.0))),
+        history_days=3, day_offset_s=6 * 3600.0, daily=_demo_day),
 }
-SCENARIOS: tuple[str, ...] = tuple(_FAMILIES)
+DEMO_SCENARIO = "demo-day"
+SCENARIOS: tuple[str, ...] = tuple(name for name in _FAMILIES if name != DEMO_SCENARIO)
+"""The suite's families."""
 
 
 def _arrivals(rate: Callable[[FloatArray], FloatArray], start_s: float, duration_s: float,
@@ -180,7 +204,7 @@ def _history(family: _Family, rng: np.random.Generator
     shape = 1.0 / BURST_CV**2
     noise = rng.gamma(shape * MINUTE_S / SLOT_S, SLOT_S / (shape * MINUTE_S), len(times))
     rps = family.daily(times + family.day_offset_s + MINUTE_S / 2) * noise
-    mix = Lengths()
+    mix = family.lengths[0][1]  # the lengths the window starts with
     mean_prompt = mix.prompt_median * np.exp(mix.prompt_sigma**2 / 2)
     mean_output = mix.output_median * np.exp(mix.output_sigma**2 / 2)
     return times, rps * mean_prompt, rps * mean_output
@@ -190,7 +214,8 @@ def scenario(name: str, *, seed: int = 0, scale: float = 1.0) -> Scenario:
     """The family ``name``'s trace for ``seed``; ``scale`` multiplies its request rate."""
     family = _FAMILIES.get(name)
     if family is None:
-        raise TraceError(f"unknown scenario {name!r}; use one of {', '.join(SCENARIOS)}")
+        raise TraceError(f"unknown scenario {name!r}; use one of "
+                         f"{', '.join((*SCENARIOS, DEMO_SCENARIO))}")
     if not scale > 0:
         raise TraceError(f"a scenario's scale must be positive; got {scale!r}")
     rng = np.random.default_rng([seed, sum(map(ord, name))])

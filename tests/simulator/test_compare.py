@@ -32,6 +32,26 @@ def test_demo_compares_policies_and_writes_everything(tmp_path: Path,
         b"\x89PNG"
 
 
+def test_demo_finds_the_best_fixed_allocation_and_shows_it_beside_the_policies(
+        tmp_path: Path, capsys: object) -> None:
+    out = tmp_path / "out"
+    code = main(["demo", "--out", str(out), "--hours", "0.2", "--policies",
+                 "static,best-fixed"])
+    assert code == 0
+    captured = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "best-fixed:" in captured.err  # each allocation tried, as it is tried
+    line = next(x for x in captured.out.splitlines() if x.startswith("best fixed in hindsight"))
+    rows = {r["policy"]: r for r in
+            json.loads((out / "simulation" / "comparison.json").read_text())}
+    assert list(rows) == ["static", "best-fixed"]
+    fixed = rows["best-fixed"]
+    assert fixed["scale_actions"] == 0
+    assert f"{fixed['peak_prefill']} prefill + {fixed['peak_decode']} decode" in line
+    # The fewest replicas that reach the target: never more GPU-hours than static's peak.
+    assert fixed["gpu_hours"] <= rows["static"]["gpu_hours"] + 1e-9
+    assert (out / "simulation" / "best-fixed" / "summary.json").is_file()
+
+
 def test_demo_rejects_an_unknown_policy(tmp_path: Path, capsys: object) -> None:
     code = main(["demo", "--out", str(tmp_path / "o"), "--policies", "static,hpa"])
     assert code == 2

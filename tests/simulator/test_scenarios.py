@@ -99,3 +99,25 @@ def test_scale_multiplies_the_rate_and_bad_names_say_what_exists() -> None:
         scenario("tsunami")
     with pytest.raises(TraceError, match="positive"):
         scenario("steps", scale=0)
+
+
+def test_the_demo_morning_rises_crowds_and_shifts_its_lengths() -> None:
+    """demo-day: the rise its earlier days show, a crowd they do not, then longer prompts; the
+    earlier days' demand is at the lengths the window starts with."""
+    from pdscale.simulator._scenarios import DEMO_SCENARIO
+
+    assert DEMO_SCENARIO not in SCENARIOS  # the demo's, not the suite's
+    demo = scenario(DEMO_SCENARIO)
+    rate = _per_minute(DEMO_SCENARIO)
+    night, morning, crowd = rate[20:55].mean(), rate[105:125].mean(), rate[132:139].mean()
+    assert 2.0 < morning / night < 3.0
+    assert 1.7 < crowd / morning < 2.3
+    prompts = demo.trace.prompt_tokens
+    early = np.median(prompts[demo.trace.arrival_s < 150 * 60])
+    late = np.median(prompts[demo.trace.arrival_s >= 150 * 60])
+    assert 2.0 < late / early < 3.0
+    assert demo.history is not None
+    times, prompt_tps, _ = demo.history
+    assert times[-1] < 0 and len(times) >= 3 * 1440
+    history_rps_at_six = prompt_tps[-30:].mean() / prompts[demo.trace.arrival_s < 1800].mean()
+    assert 0.8 < history_rps_at_six / rate[:30].mean() < 1.25
