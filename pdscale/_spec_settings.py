@@ -328,8 +328,9 @@ class SizingSettings(_Model):
         "the profile")
     default_variability: float = Field(
         default=2.0, gt=0, description="ca2 + cs2 (squared coefficients of variation of "
-        "prefill arrivals and service times) where the prompt tokens' dispersion is not "
-        "read: 2 is Poisson arrivals of exponentially varied prompts")
+        "prefill arrivals and service times), and decode's running-sequence variability, "
+        "where the prompt tokens' dispersion is not read: 2 is Poisson arrivals of "
+        "exponentially varied prompts")
     prompt_length_cv2: float = Field(
         default=1.0, ge=0, description="Squared coefficient of variation of prompt lengths, "
         "which sets the prompt at the SLO's percentile (lognormal lengths with this spread): "

@@ -54,6 +54,9 @@ __all__ = ["Correction", "PdscalePolicy"]
 PROMPT_TOKENS_UNREAD = 1000.0
 OUTPUT_TOKENS_UNREAD = 200.0
 """The lengths a pool is planned for before its first length reading (the decision says so)."""
+KV_SAMPLE_ERROR = 0.25
+"""The relative standard error of the running sequences' mean context from which the KV cache's
+reading sets a decode replica's batch (fewer sequences: the profile's capacity)."""
 SLO_QUANTILE = 0.95
 """The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
 
@@ -113,6 +116,20 @@ class PoolModelState:
     """(data time, demand) over the last rate window: the trend the load is extrapolated on."""
     active_seen: int | None = None
     """Ready plus starting replicas at the last tick: a rise is replicas starting."""
+    serving: deque[tuple[float, int]] = field(default_factory=deque)
+    """(time, ready plus draining replicas) at each tick over the last rate window and data
+    delay: a reading is paired with the replicas that produced it, not those of now."""
+
+    def serving_at(self, t: float) -> int:
+        """The replicas serving at ``t``: the last count seen at or before it (before the
+        first look, what it saw: a reading from before it started was made by what ran)."""
+        at = [n for seen, n in self.serving if seen <= t]
+        return at[-1] if at else self.serving[0][1] if self.serving else 0
+
+    def serving_changed(self, start: float, end: float) -> bool:
+        """Whether replicas joined or left between ``start`` and ``end``."""
+        before = self.serving_at(start)
+        return any(n != before for t, n in self.serving if start < t <= end)
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
 
@@ -144,6 +161,9 @@ class PdscalePolicy:
         self.forecasts = forecasts
         self.service_rps: dict[str, float] = {}
         """Service -> requests/s its prefill is sized to deliver this tick (decode's floor)."""
+        self.service_dispersion: dict[str, float] = {}
+        """Service -> its prompt tokens' index of dispersion over the mean prompt, as read by
+        its prefill pool this tick (decode's variability)."""
         self.state = {key: PoolModelState(profile, slo_s[key],
                                           ColdStartTracker(cold_start_s[key]))
                       for key, profile in profiles.items()}
@@ -152,8 +172,10 @@ class PdscalePolicy:
         return self.state[key].cold_start.p90_s + self.tick_s
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
-        prompts = {key[0]: v for key, p in observation.pools.items()
-                   if usable_length(v := p.signals.get(Signal.MEAN_PROMPT_TOKENS))}
+        # Prompt lengths are read where prompts finish: a prefill pool counts each request
+        # and its prompt tokens at its prefill, a decode pool its requests at their last token.
+        prompts = {key[0]: v for key, p in observation.pools.items() if key[1] is Role.PREFILL
+                   and usable_length(v := p.signals.get(Signal.MEAN_PROMPT_TOKENS))}
         for key, st in self.state.items():
             if key not in observation.pools:
                 st.cold_start.forget_pending()
@@ -173,6 +195,7 @@ class PdscalePolicy:
         # Prefill first: a request prefilled now decodes a prefill later, so decode's arrivals
         # are at least what its service's prefill is sized to deliver.
         self.service_rps = {}
+        self.service_dispersion = {}
         order = sorted((k for k in observation.pools if k in self.state),
                        key=lambda k: k[1] is not Role.PREFILL)
         return {key: self._decide(key, observation.pools[key], observation.now_s,
@@ -190,6 +213,9 @@ class PdscalePolicy:
             # ask that a budget, a bound or a dry run kept from being applied).
             st.cold_start.asked(now, r.active)
         st.active_seen = r.active
+        st.serving.append((now, r.ready + r.draining))
+        while st.serving and st.serving[0][0] < now - 2 * RATE_WINDOW_S:
+            st.serving.popleft()
         demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
         if demand is None or not math.isfinite(demand):
             return degraded_decision(key, pool, st.cold_start.p90_s)
@@ -294,7 +320,9 @@ class PdscalePolicy:
     def _read_lengths(st: PoolModelState, pool: PoolObservation, service_prompt: float | None,
                       notes: list[str]) -> None:
         prompt = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
-        prompt = prompt if usable_length(prompt) else service_prompt
+        if (pool.key[1] is Role.DECODE and usable_length(service_prompt)) or \
+                not usable_length(prompt):
+            prompt = service_prompt
         output = pool.signals.get(Signal.MEAN_OUTPUT_TOKENS)
         if usable_length(prompt):
             st.prompt_tokens = prompt
@@ -317,6 +345,7 @@ class PdscalePolicy:
         share = uncached / prompt
         if dispersion is not None and math.isfinite(dispersion) and dispersion > 0:
             variability = dispersion * share / uncached
+            self.service_dispersion[pool.key[0]] = dispersion / prompt
         else:
             variability = float(self.settings.sizing.default_variability)
             fallbacks.append(f"dispersion unread: ca2 + cs2 = {variability:g} assumed")
@@ -332,10 +361,17 @@ class PdscalePolicy:
                                     service_quantile_s=st.profile.prefill_ms(at_quantile) / 1000
                                     / correction), tuple(fallbacks))
 
-    def _decode(self, st: PoolModelState, tokens_per_s: float) -> DecodeLoad:
+    def _decode(self, st: PoolModelState, service: str, tokens_per_s: float,
+                notes: list[str]) -> DecodeLoad:
+        """Decode's load: its running sequences, and their KV, vary as the service's prompt
+        tokens arrive (their index of dispersion over the mean prompt, read by prefill)."""
         output, prompt = st.output(), st.prompt()
+        variability = self.service_dispersion.get(service)
+        if variability is None:
+            variability = float(self.settings.sizing.default_variability)
+            notes.append(f"dispersion unread: decode's variability {variability:g} assumed")
         return DecodeLoad(arrival_rps=tokens_per_s / output, mean_output_tokens=output,
-                          mean_context_tokens=prompt + output / 2, arrival_cv2=1.0,
+                          mean_context_tokens=prompt + output / 2, arrival_cv2=variability,
                           quantile=SLO_QUANTILE)
 
     def _size(self, key: PoolKey, st: PoolModelState, pool: PoolObservation, load: float,
@@ -354,27 +390,31 @@ class PdscalePolicy:
             self.service_rps[key[0]] = model.load.arrival_rps + backlog / lead
             return prefill_replicas(model.load, st.slo_s, max_replicas=pool.replicas.max_replicas,
                                     queued=backlog, drain_s=lead)
-        decode = self._decode(st, load)
+        decode = self._decode(st, key[0], load, notes)
         prefilled = self.service_rps.get(key[0], 0.0)
         if prefilled > decode.arrival_rps:
             notes.append(f"arrivals {prefilled:.3g} req/s: what prefill is sized to deliver")
             decode = replace(decode, arrival_rps=prefilled)
         return decode_replicas(decode, st.profile, st.slo_s * k,
                                max_replicas=pool.replicas.max_replicas, waiting=backlog,
-                               drain_s=lead, kv_sequences=self._kv_sequences(pool, notes))
+                               drain_s=lead, kv_sequences=self._kv_sequences(st, pool, notes))
 
-    @staticmethod
-    def _kv_sequences(pool: PoolObservation, notes: list[str]) -> float | None:
+    def _kv_sequences(self, st: PoolModelState, pool: PoolObservation, notes: list[str]
+                      ) -> float | None:
         """The sequences one replica's KV cache holds at the running mix: running sequences
-        over the cache's used share; None (the profile's capacity) where either is unread or
-        too little is running to tell."""
+        over the cache's used share, per replica serving when they were read; None (the
+        profile's capacity) where either is unread, or where too few run for their mean
+        context to tell the mix's: with contexts as varied as the prompts (squared coefficient
+        of variation ``prompt_length_cv2``), the mean of ``n`` has a relative standard error
+        of ``sqrt(cv2 / n)``, and it is used from a quarter on (16 sequences at cv2 = 1)."""
         running = pool.signals.get(Signal.RUNNING_REQUESTS)
         usage = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
-        replicas = pool.replicas.ready + pool.replicas.draining
+        replicas = st.serving_at(pool.data_time_s)
         if running is None or usage is None or not math.isfinite(usage) or replicas < 1:
             notes.append("KV usage unread: the profile's KV capacity")
             return None
-        if usage <= 0 or running < replicas:
+        enough = float(self.settings.sizing.prompt_length_cv2) / KV_SAMPLE_ERROR**2
+        if usage <= 0 or running < replicas * max(1.0, enough):
             return None
         return running / replicas / usage
 
@@ -388,13 +428,18 @@ class PdscalePolicy:
             recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
             if recent is not None and math.isfinite(recent):
                 observed, window = recent, RECENT_WINDOW_S
-        ready = pool.replicas.ready
+        ready = st.serving_at(pool.data_time_s)
         if observed is None or not math.isfinite(observed) or observed <= 0 or ready < 1 \
                 or demand <= 0:
             return
         if pool.data_time_s - st.queued_at <= window:
             # The reading's window held a backlog: it measures a transient, not the rate.
             notes.append("correction not updated: a backlog within the latency's window")
+            return
+        if st.serving_changed(pool.data_time_s - window, pool.data_time_s):
+            # Replicas joined or left within the reading's window: it mixes two pool sizes.
+            notes.append("correction not updated: replicas joined or left within the "
+                         "latency's window")
             return
         low, high = sizing.calibration_min, sizing.calibration_max
         if key[1] is Role.PREFILL:
@@ -406,7 +451,7 @@ class PdscalePolicy:
             running = pool.signals.get(Signal.RUNNING_REQUESTS)
             if running is None or running <= 0:
                 return
-            per = running / max(ready + pool.replicas.draining, 1)
+            per = running / ready
             ctx = st.prompt() + st.output() / 2
             step = st.profile.decode_step_ms(per, per * ctx) / 1000
 

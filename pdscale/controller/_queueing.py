@@ -23,11 +23,12 @@ pool's correction absorbs what the model misses (chunked prefill sharing a repli
 tail of prompt lengths).
 
 **Decode** holds running sequences. By Little's law ``N = lambda x E[O] x t_step`` sequences
-run at once (each holds a batch slot for its output tokens at one step a token); their count
-is close to normal with variance ``N x ca2`` (Poisson for Poisson arrivals), so the SLO's
-percentile is ``N_q = N + z_q sqrt(N ca2)``. One replica runs the largest batch ``B`` whose
-step time at the mean context meets the ITL SLO and whose KV fits the cache (the profile's
-operating point), so the pool needs ``ceil(N_q / B)`` replicas.
+run at once (each holds a batch slot for its output tokens at one step a token); their count,
+and the KV their contexts hold, is close to normal with variance ``N x v``, ``v`` the arriving
+prompt tokens' index of dispersion over the mean prompt (1 for Poisson arrivals of one length,
+as for M/G/inf), so the SLO's percentile is ``N_q = N + z_q sqrt(N v)``. One replica runs the
+largest batch ``B`` whose step time at the mean context meets the ITL SLO and whose KV fits the
+cache (the profile's operating point), so the pool needs ``ceil(N_q / B)`` replicas.
 
 **A backlog** is sized in one decision: ``Q`` prompts waiting drain within ``H`` seconds when
 ``c >= a + Q E[S] / H`` (each replica beyond the offered load drains ``1 / E[S]`` prompts a
@@ -180,6 +181,8 @@ class DecodeLoad:
     mean_context_tokens: float
     """A running sequence's mean context (prompt plus half its output)."""
     arrival_cv2: float
+    """v: the running sequences' variance over their mean (the arriving prompt tokens' index
+    of dispersion over the mean prompt)."""
     quantile: float
 
 

@@ -34,6 +34,7 @@ class _DecodePool:
     itl_hist: FloatArray
     window_itl_hist: FloatArray
     window_generated: int
+    window_finished: int
     window_first_tokens: list[float]
     preemptions: int
     finished: int
@@ -133,6 +134,7 @@ class _DecodePool:
             self.finish[req] = r.t_last
             done += 1
         self.finished += done
+        self.window_finished += done
 
     def _generated_before(self, req: int) -> int:
         return self._progress.get(req, 0)
@@ -162,6 +164,7 @@ class _DecodePool:
                 r.waiting.popleft()
                 self.rejected += 1
                 self.finished += 1
+                self.window_finished += 1
                 continue
             if r.kv() + ctx + len(r.members) + 1 > cap - watermark:
                 break

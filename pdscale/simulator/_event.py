@@ -112,6 +112,8 @@ class EventSimulator(_DecodePool):
         self.window_cached_tokens = 0
         self.window_generated = 0
         self.window_arrivals = 0
+        self.window_finished = 0
+        self.window_prefilled = 0
         self.window_first_tokens: list[float] = []
         self.on_tick: Callable[[EventSimulator, float], None] | None = None
         self._pending_chunks: dict[int, list[tuple[int, int]]] = {}
@@ -281,6 +283,8 @@ class EventSimulator(_DecodePool):
         self.window_cached_tokens = 0
         self.window_generated = 0
         self.window_arrivals = 0
+        self.window_finished = 0
+        self.window_prefilled = 0
         self.window_first_tokens = []
 
     def _ready(self, role: Role, rid: int) -> None:
@@ -409,6 +413,7 @@ class EventSimulator(_DecodePool):
                     r.queued_tokens -= int(self.prompt[req])
                 self.cached[req] = self._cache_hit(r, req)
                 self.window_prompt_tokens += int(self.prompt[req])
+                self.window_prefilled += 1
                 self.window_cached_tokens += int(self.cached[req])
                 self._owner[req] = r
                 r.active.append(req)

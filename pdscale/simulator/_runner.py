@@ -51,6 +51,11 @@ class _TickRaw:
 
     t: float
     arrivals: int
+    finished: int
+    """Requests that finished (completed or rejected): a decode worker's request count."""
+    prefilled: int
+    """Requests whose prefill was taken up (their prompt tokens counted): a prefill
+    worker's request count."""
     prompt_tokens: int
     cached_tokens: int
     generated: int
@@ -136,7 +141,9 @@ class EventWorld(World):
         arrivals = sim.window_arrivals
         self._arrivals_seen += arrivals
         self.raw.append(_TickRaw(
-            t=now, arrivals=arrivals, prompt_tokens=sim.window_prompt_tokens,
+            t=now, arrivals=arrivals, finished=sim.window_finished,
+            prefilled=sim.window_prefilled,
+            prompt_tokens=sim.window_prompt_tokens,
             cached_tokens=sim.window_cached_tokens, generated=sim.window_generated,
             first_tokens=list(sim.window_first_tokens), itl_hist=sim.window_itl_hist.copy(),
             busy_s={r: self._busy_delta(r) for r in Role}))
@@ -153,12 +160,18 @@ class EventWorld(World):
         self._record(now, signals)
         self._sampled_at = now
 
-    def _rates(self) -> PoolSignals:
-        """Service-wide rates over the rate window (both pools carry them, so each pool's
-        mean lengths derive as in a cluster)."""
+    def _rates(self, role: Role) -> PoolSignals:
+        """Rates over the rate window, counted as each pool's engines count them: a prefill
+        worker's requests finish when their prefill does, and its prompt tokens count then;
+        a decode worker's requests finish with their last token, and its output tokens count
+        as they are generated (vLLM's request_success_total, prompt_tokens_total and
+        generation_tokens_total on P/D workers). Both pools carry all three, so each pool's
+        mean lengths derive as in a cluster; a prefill pool's mean prompt is that of the
+        prompts it prefilled, in a backlog too."""
         recent = self.raw
         span = max(len(recent) * self.setup.tick_s, 1e-9)
-        return {Signal.REQUEST_RATE: sum(r.arrivals for r in recent) / span,
+        done = sum((r.prefilled if role is Role.PREFILL else r.finished) for r in recent)
+        return {Signal.REQUEST_RATE: done / span,
                 Signal.PROMPT_TOKENS_PER_S: sum(r.prompt_tokens for r in recent) / span,
                 Signal.GENERATION_TOKENS_PER_S: sum(r.generated for r in recent) / span}
 
@@ -210,7 +223,7 @@ class EventWorld(World):
         cached = sum(r.cached_tokens for r in self.raw)
         firsts = [x for r in self.raw for x in r.first_tokens]
         recent = list(self.raw)[-self.recent_ticks:]
-        return {**self._rates(),
+        return {**self._rates(Role.PREFILL),
                 Signal.QUEUE_DEPTH: float(len(sim.shared_queue) + sum(len(r.queue) for r in pre)),
                 Signal.RUNNING_REQUESTS: float(sum(len(r.active) for r in pre)),
                 Signal.PREFIX_CACHE_HIT_RATIO: cached / prompt if prompt else None,
@@ -229,7 +242,7 @@ class EventWorld(World):
         ready = sum(1 for r in dec if r.state is _State.READY)
         cap = self.setup.decode.profile.kv_capacity_tokens
         hist = np.sum([r.itl_hist for r in self.raw], axis=0)
-        return {**self._rates(),
+        return {**self._rates(Role.DECODE),
                 Signal.QUEUE_DEPTH: float(sum(len(r.waiting) for r in dec) + len(sim._orphans)),
                 Signal.RUNNING_REQUESTS: float(sum(len(r.members) for r in dec)),
                 Signal.KV_CACHE_USAGE_RATIO: (float(np.mean([r.kv() / cap for r in live]))

@@ -73,10 +73,33 @@ def test_a_kv_cache_fuller_than_the_profile_says_asks_more_decode() -> None:
     roomy = decode(running_requests=40.0, kv_cache_usage_ratio=0.05)
     full = decode(running_requests=40.0, kv_cache_usage_ratio=0.9)
     unread = decode()
+    # A few long sequences filling the cache say little of the mix's context: under 16 a
+    # replica (a prompt-length cv2 of 1), the profile's capacity.
+    few = decode(running_requests=20.0, kv_cache_usage_ratio=0.9)
     assert full.desired_replicas > roomy.desired_replicas
+    assert few.detail["batch"] == unread.detail["batch"] > full.detail["batch"]
     assert "the KV cache's, as measured" in full.reasons[1]
     assert roomy.desired_replicas == unread.desired_replicas
     assert any("KV usage unread" in r for r in unread.reasons)
+
+
+def test_decode_holds_the_tail_of_arrivals_as_bursty_as_prefill_reads_them() -> None:
+    """Decode's running sequences vary as the service's prompt tokens arrive: the dispersion
+    prefill reads (over the mean prompt) widens decode's percentile, so clumped arrivals ask
+    more decode replicas than Poisson ones; unread, the default, and the decision says so."""
+    def decode(dispersion: float | None) -> Any:
+        obs = _obs(0, gen=60_000.0, prompt=60_000.0)
+        if dispersion is not None:
+            obs.pools[KEY_P].signals[Signal.PROMPT_TOKENS_DISPERSION] = dispersion
+        return _policy().decide(obs)[KEY_D]
+
+    poisson, clumped, unread = decode(2000.0), decode(200_000.0), decode(None)
+    assert clumped.desired_replicas > poisson.desired_replicas
+    assert clumped.detail["running_quantile"] > poisson.detail["running_quantile"]
+    assert poisson.detail["running"] == clumped.detail["running"]
+    assert any("decode's variability 2 assumed" in r for r in unread.reasons)
+    assert poisson.detail["running_quantile"] < unread.detail["running_quantile"] < \
+        clumped.detail["running_quantile"]
 
 
 def test_a_rising_rate_is_sized_for_when_replicas_are_ready() -> None:
@@ -143,3 +166,24 @@ def test_the_controller_reads_every_signal_the_policy_uses() -> None:
             for name in re.findall(r"Signal\.([A-Z0-9_]+)", Path(module.__file__).read_text())}
     derived = set(derive_signals({}))
     assert used - set(POLICY_SIGNALS) - derived == set()
+
+
+def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
+    """Readings are 30 s old: the KV cache a reading shows full was shared by the decode
+    replicas serving then, not by those that joined since; and a latency window that saw
+    replicas join mixes two pool sizes, so it teaches the correction nothing."""
+    def decode(ready_then: int) -> Any:
+        policy = _policy()
+        for t in (0, 15, 30):
+            policy.decide(_obs(t, ready=(4, ready_then)))
+        return policy.decide(_obs(45, ready=(4, 8), gen=20_000.0, decode={
+            "running_requests": 400.0, "kv_cache_usage_ratio": 0.9}))[KEY_D]
+
+    assert decode(2).detail["batch"] > decode(8).detail["batch"]  # 400/2/0.9 vs 400/8/0.9
+    assert decode(8).detail["batch"] == 55
+
+    joined = _policy()
+    for i in range(8):
+        out = joined.decide(_obs(15 * i, ttft=0.4, ready=(2 if i < 4 else 4, 2)))[KEY_P]
+    assert joined.state[KEY_P].correction.readings < 8
+    assert any("replicas joined or left" in r for r in out.reasons)

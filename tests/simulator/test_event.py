@@ -221,7 +221,10 @@ def test_observations_are_delayed_like_prometheus() -> None:
 
 def test_rates_are_over_the_recording_rules_window() -> None:
     """A rate the controller reads is the count over the last RATE_WINDOW_S seconds (what
-    Prometheus' rate5m over the engines' counters gives), not over the last tick or minute."""
+    Prometheus' rate5m over the engines' counters gives), not over the last tick or minute.
+    Requests count as they finish (vLLM's request_success_total): with replicas to spare they
+    finish within a second of arriving, so the count is the window's arrivals up to those
+    within a second of its edges."""
     rng = np.random.default_rng(3)
     arrivals = np.sort(np.concatenate([rng.uniform(0, 900, 4000), rng.uniform(400, 460, 3000)]))
     policy = _Script({})
@@ -233,8 +236,10 @@ def test_rates_are_over_the_recording_rules_window() -> None:
         if t < RATE_WINDOW_S or t > 900:
             continue
         expected = np.count_nonzero((arrivals > t - RATE_WINDOW_S) & (arrivals <= t))
+        edges = np.count_nonzero((np.abs(arrivals - t) < 1) |
+                                 (np.abs(arrivals - t + RATE_WINDOW_S) < 1))
         signals = obs.pools[("svc", Role.PREFILL)].signals
-        assert signals[Signal.REQUEST_RATE] == pytest.approx(expected / RATE_WINDOW_S)
+        assert abs(signals[Signal.REQUEST_RATE] * RATE_WINDOW_S - expected) <= edges
         assert signals[Signal.MEAN_PROMPT_TOKENS] == pytest.approx(
             signals[Signal.PROMPT_TOKENS_PER_S] / signals[Signal.REQUEST_RATE])
         checked += 1
@@ -342,3 +347,22 @@ def test_the_dispersion_signal_sees_clumps_that_the_rates_do_not() -> None:
         assert low < np.median(values) < high, (name, np.median(values))
     at_10m = [s for t, s in seen["ramp"].items() if 585 <= t <= 615]
     assert at_10m and all(s[Signal.PROMPT_TOKENS_PER_S] > 8 * 1000 for s in at_10m)
+
+
+def test_mean_lengths_in_a_backlog_are_the_served_requests_not_a_share_of_the_arrivals() -> None:
+    """One prefill replica, several times more prompt tokens arriving than it prefills: the
+    queue grows, and the mean prompt length derived from the counters stays the prompts' (a
+    request rate of arrivals over a token rate of what was served read a fraction of it)."""
+    length = 8000
+    service = H100.prefill_ms(length) / 1000
+    arrivals = np.arange(0, 900, service / 8)
+    policy = _Script({})
+    run_event(_setup(prefill=1, decode=4, tick_s=15.0), _trace(arrivals, length, 20), policy,
+              observation_delay_s=0)
+    late = [o.pools[("svc", Role.PREFILL)] for o in policy.seen
+            if 2 * RATE_WINDOW_S <= o.pools[("svc", Role.PREFILL)].data_time_s <= 900]
+    assert late
+    for pool in late:
+        assert pool.signals[Signal.QUEUE_DEPTH] > 100
+        assert pool.signals[Signal.REQUEST_RATE] < 0.5 * len(arrivals) / 900
+        assert pool.signals[Signal.MEAN_PROMPT_TOKENS] == pytest.approx(length, rel=0.05)
