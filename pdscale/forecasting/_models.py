@@ -506,6 +506,7 @@ class QuantileGBForecaster(_Forecaster):
         shape = (len(self.quantiles), len(horizons))
         self.trained_horizons_ = horizons
         self.models_: list[HistGradientBoostingRegressor] = []
+        self.past_rows_: dict[tuple[int, ...], dict[int, tuple[FloatArray, ...]]] = {}
         self.shift_ = np.zeros(shape)
         self.weight_ = np.zeros(shape)
         self.simple_ = np.zeros(shape)
@@ -737,19 +738,36 @@ class QuantileGBForecaster(_Forecaster):
                 out[idx, j, i] = shift
         return out
 
+    def _past_relative(self, values: FloatArray, past: npt.NDArray[np.int64],
+                       horizons: npt.NDArray[np.int64]) -> tuple[FloatArray, ...]:
+        """:meth:`_relative` at the recalibration's ``past`` origins, each computed once per
+        fit: a past origin's features reach only back from it, over values already observed,
+        so what the fitted model said there does not change as new points arrive. Each
+        forecast then predicts its own origins, not a day of past ones again."""
+        store = self.past_rows_.setdefault(tuple(int(h) for h in horizons), {})
+        for origin in [o for o in store if o < past[0]]:
+            del store[origin]
+        missing = np.array([o for o in past.tolist() if o not in store], dtype=np.int64)
+        if len(missing):
+            k = len(horizons)
+            rel, last, scale = self._relative(values, missing, horizons)
+            for i, origin in enumerate(missing.tolist()):
+                rows = slice(i * k, (i + 1) * k)
+                store[origin] = (rel[rows], last[rows], scale[rows])
+        parts = [store[o] for o in past.tolist()]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:
         plan = self._recalibration_origins(origins, horizons)
         if plan is None:
             rel, last, scale = self._relative(values, origins, horizons)
-        else:  # one pass over the features for the past origins and the requested ones
+        else:
             past, length = plan
-            rows = len(past) * len(horizons)
-            rel, last, scale = self._relative(values, np.concatenate([past, origins]), horizons)
-            shift = self._recalibration(values, origins, horizons, past, length, rel[:rows],
-                                        last[:rows], scale[:rows])
-            rel = rel[rows:] + shift.reshape(len(origins) * len(horizons), len(self.quantiles))
-            last, scale = last[rows:], scale[rows:]
+            rel, last, scale = self._relative(values, origins, horizons)
+            shift = self._recalibration(values, origins, horizons, past, length,
+                                        *self._past_relative(values, past, horizons))
+            rel = rel + shift.reshape(len(origins) * len(horizons), len(self.quantiles))
         # Additive on the last observation, in units of a scale that cannot approach zero.
         preds = last[:, None] + rel * scale[:, None]
         preds = np.sort(preds, axis=1)  # no quantile crossing

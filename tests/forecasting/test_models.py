@@ -397,3 +397,42 @@ def test_online_fast_paths_match_update_and_predict_quantiles() -> None:
                                                               horizons[:, None]))
     with pytest.raises(ValueError, match="at least one resolution step"):
         online.forecast(np.array([0.0]))
+
+
+def test_recalibration_predicts_each_past_origin_once_a_fit() -> None:
+    """A forecast recalibrates on the errors of a day of past origins; what the fitted model
+    said there cannot change as points arrive, so each is predicted once a fit, and the
+    forecasts equal those computed afresh."""
+    from pdscale.controller._forecast import default_forecaster
+
+    n = 3 * 1440
+    t = np.arange(n) * 60.0
+    rng = np.random.default_rng(0)
+    y = 1e5 * (1 + 0.5 * np.sin(2 * np.pi * t / 86400)) * rng.gamma(20, 1 / 20, n)
+    fc = default_forecaster(0.97, 21600.0)
+    for ti, yi in zip(t[:-30], y[:-30], strict=True):
+        fc.observe(ti, yi)
+    fc.refit(t[-31])
+    model = fc.fitted
+    assert model is not None
+    horizons = np.array([60.0, 300.0])
+    calls: list[int] = []
+    relative = model._relative
+
+    def counted(values, origins, hz):  # type: ignore[no-untyped-def]
+        calls.append(len(origins))
+        return relative(values, origins, hz)
+
+    model._relative = counted  # type: ignore[method-assign]
+    for ti, yi in zip(t[-30:], y[-30:], strict=True):
+        fc.observe(ti, yi)
+        cached = fc.forecast(horizons)
+        model.past_rows_.clear()
+        assert np.array_equal(cached, fc.forecast(horizons))
+    assert model.past_rows_
+    # Cleared every minute above, so each forecast after a clear recomputed the past; the
+    # forecast with the store filled predicted its own origin and at most a new past one.
+    fc.forecast(horizons)
+    before = len(calls)
+    fc.forecast(horizons)
+    assert calls[before:] == [1]
