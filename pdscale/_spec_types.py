@@ -37,8 +37,8 @@ ENGINE_HISTOGRAM_BUCKETS: dict[Engine, dict[str, tuple[float, ...]]] = {
 
 def check_http_url(value: object) -> str:
     """An http(s) URL with a host (and, if given, a port from 1 to 65535); ValueError saying
-    what was expected otherwise. A URL without its scheme (``localhost:9090``) used to reach
-    the controller's loop and stop it there."""
+    what was expected otherwise. A URL without its scheme (``localhost:9090``) is refused here,
+    before it reaches the controller's loop."""
     from urllib.parse import urlsplit
 
     want = "an http(s) URL with a host, such as http://prometheus:9090"

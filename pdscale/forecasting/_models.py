@@ -21,15 +21,13 @@ Models:
   three weeks of history: with fewer, one or two days of each weekday, the trees memorise
   them), the steps since the last observation and the hour's missing share. The target is the
   change from the last observed value, in units of a scale (the last week's mean size, at
-  least 5 % of the history's): additive, never a ratio to a value that can be near zero. It
-  used to be a ratio to the last value, and after a gap, a zero stretch or a partial window (a
-  last value a few % of the level) its lags read 10-100 and its targets 20-30; any row that
-  resembled those in one feature took the 0.9 quantile learned there, 20-30 times the level.
-  The scale was later the last hour's mean size (at least a quarter of the day's): a unit that
-  moves with each hour's level made the 0.9 quantile on ServeGen m-large 1-13 % worse than the
-  last value's (whose width is constant), as the size of its changes does not follow the
-  hour's level; a week's mean follows only a slow change of level. Absent steps are missing
-  (lags carry the last observation over them; the gap's length is a feature), not zero.
+  least 5 % of the history's): additive, never a ratio to a value that can be near zero (after
+  a gap, a zero stretch or a partial window a ratio's lags and targets read tens of times the
+  level, and any row resembling them in one feature would take the upper quantile learned
+  there). A week's mean follows only a slow change of level; a unit that moved with each
+  hour's level would make the upper quantile's width follow it, which the size of the
+  changes does not. Absent steps are missing (lags carry the last observation over them; the
+  gap's length is a feature), not zero.
   Quantiles other than the median are conformalised (CQR):
   fitted on the older origins, mixed per horizon with the simple model below by the weight
   that scores best on the most recent ``calibration`` share of the history, and shifted by
@@ -37,8 +35,8 @@ Models:
   see and they are never much less sharp than the simple model. Between refits each forecast
   is then shifted by the conformal quantile of the errors the same forecast made over the last
   ``recalibration_s`` (a day; origins whose targets are observed, from the calibration share
-  on): a fit's calibration share quieter than what follows made the 0.9 quantile cover 0.83-0.86
-  on ServeGen m-large, 0.877-0.908 with the shift. Quantiles are sorted per row
+  on), so a fit whose calibration share was quieter than what follows does not under-cover
+  until the next refit. Quantiles are sorted per row
   (monotone rearrangement), so they never cross. With less than ``short_history_s`` of
   history (or too few complete rows for the trees) the simple model forecasts alone: per
   horizon, the last value or the hour's level (whichever scores better) plus the conformal

@@ -203,9 +203,9 @@ class Prepared:
 def _within_budget(initial: dict[Role, int], spec: Spec, service: Any
                    ) -> tuple[dict[Role, int], int | None]:
     """(the starting sizes, the GPU budget) for ``service`` simulated alone: the spec's other
-    services hold their minimums out of a shared budget (they used to leave this one the whole
-    budget), and the start, like a static allocation, is cut to what is left (the pool holding
-    more GPUs above its minimum gives one replica at a time)."""
+    services hold their minimums out of a shared budget (not left to this one), and the start,
+    like a static allocation, is cut to what is left (the pool holding more GPUs above its
+    minimum gives one replica at a time)."""
     if spec.gpu_budget is None:
         return initial, None
     budget = spec.gpu_budget - sum(p.min_replicas * p.gpus_per_replica for s in spec.services
