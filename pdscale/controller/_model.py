@@ -119,6 +119,8 @@ class PoolModelState:
     serving: deque[tuple[float, int]] = field(default_factory=deque)
     """(time, ready plus draining replicas) at each tick over the last rate window and data
     delay: a reading is paired with the replicas that produced it, not those of now."""
+    needs: deque[tuple[float, int]] = field(default_factory=deque)
+    """The needs of the stabilisation window: the pool scales down to their highest."""
 
     def serving_at(self, t: float) -> int:
         """The replicas serving at ``t``: the last count seen at or before it (before the
@@ -130,8 +132,6 @@ class PoolModelState:
         """Whether replicas joined or left between ``start`` and ``end``."""
         before = self.serving_at(start)
         return any(n != before for t, n in self.serving if start < t <= end)
-    needs: deque[tuple[float, int]] = field(default_factory=deque)
-    """The needs of the stabilisation window: the pool scales down to their highest."""
 
     def prompt(self) -> float:
         """The mean prompt length last read, or the stated fallback before any."""
