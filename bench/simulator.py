@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = Path(os.environ.get("PDSCALE_TRACES") or ROOT.parent / "shared" / "traces")
+"""The public traces: ``--traces``, ``$PDSCALE_TRACES`` or ../shared/traces
+(``pdscale trace fetch all --to DIR`` downloads them)."""
 PDSCALE_OVER_ORACLE = 5.0
 """pdscale's 14-day m-large replay may take at most this many times the oracle's wall time."""
 
@@ -74,7 +76,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="skip the 14-day fluid cases")
     parser.add_argument("--cases", help="comma-separated, instead of all")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "simulator.json"))
+    parser.add_argument("--traces", help="folder of the public traces (default: "
+                        "$PDSCALE_TRACES or ../shared/traces)")
     args = parser.parse_args()
+    global SHARED
+    if args.traces:
+        SHARED = Path(args.traces)
+        os.environ["PDSCALE_TRACES"] = args.traces  # the cases run in child processes
     if args.case:
         print(json.dumps(_case(args.case)))
         return 0
@@ -85,7 +93,8 @@ def main() -> int:
             cases += ["fluid-servegen-14d", "fluid-m-large-14d-pdscale",
                       "fluid-m-large-14d-oracle"]
     else:
-        print("../shared/traces is absent: only the synthetic case runs")
+        print(f"{SHARED} is absent: only the synthetic case runs (--traces DIR, or "
+              "`pdscale trace fetch all --to DIR`)")
     if args.cases:
         cases = args.cases.split(",")
     rows = []

@@ -75,7 +75,8 @@ from pdscale.controller import (  # noqa: E402
 )
 from pdscale.spec import Role  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = Path(os.environ.get("PDSCALE_TRACES") or ROOT.parent / "shared" / "traces")
+"""The public traces: ``$PDSCALE_TRACES`` or ../shared/traces (``pdscale trace fetch``)."""
 RESULTS = ROOT / "bench" / "results"
 MOCKER_PROFILE = ROOT / "pdscale" / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"
 BIN_S = 30.0
