@@ -354,9 +354,8 @@ class ControllerSettings(_Model):
     refit_every: Duration = Field(
         default=21600, ge=60, description="Forecaster refit interval. Between refits each "
         "minute's demand reaches the fitted model as an online update, so a refit only "
-        "relearns the daily pattern from the three days of history: 6 hours is the cadence "
-        "the scenario suite's figures are measured at, and keeps a 14-day replay within 5x "
-        "the oracle's wall time (30 minutes took 12x)")
+        "relearns the daily pattern from the three days of history; 6 hours is the cadence "
+        "the scenario suite's figures are measured at")
     sizing: SizingSettings = Field(default_factory=SizingSettings)
     """The sizing model and its few settings."""
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)

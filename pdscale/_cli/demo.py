@@ -113,13 +113,14 @@ def register(sub: Any) -> None:
                      "dashboards",
         description="Replay a generated working morning (the load rises from 07:00 as on the "
                     "three earlier days the forecasters learn from, a flash crowd doubles it "
-                    "at 08:10, prompts grow twice as long from 08:30) through the first "
+                    "at 08:10, prompts grow 2.5 times longer from 08:30) through the first "
                     "service of the spec under each policy, and search the best fixed "
                     "allocation in hindsight (the fewest replicas that, held all morning, "
                     "serve 99 %% of requests within the SLO). Prints a comparison table (SLO "
                     "attainment, GPU-hours, latency) and writes it with plots, per-policy "
-                    "results and the spec's alerts and dashboards into --out. Every policy "
-                    "starts at the pools' minimum replicas; static holds the peak need.")
+                    "results and the spec's alerts and dashboards into --out. The scaling "
+                    "policies start at the pools' minimum replicas; static holds the peak "
+                    "need, best-fixed its allocation.")
     p.add_argument("--spec", help="the spec whose first service is replayed (default: the "
                                   "shipped examples/vllm.yaml)")
     p.add_argument("--out", default="out")
@@ -132,8 +133,8 @@ def register(sub: Any) -> None:
                         "%(default)s)")
     p.add_argument("--hours", type=POSITIVE, help="replay only the first HOURS (default: all)")
     p.add_argument("--scale", type=POSITIVE, default=1.0,
-                   help="load multiplier (default 1: the morning peaks near 15 req/s, 30 in "
-                        "the flash crowd)")
+                   help="load multiplier (default 1: the morning reaches 24 req/s, about 48 "
+                        "in the flash crowd)")
     p.add_argument("--cold-start", type=NON_NEGATIVE, default=60.0, help="seconds (default 60)")
     p.add_argument("--seed", type=seed, default=0)
     p.set_defaults(func=_cmd_demo)

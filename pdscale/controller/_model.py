@@ -56,7 +56,7 @@ OUTPUT_TOKENS_UNREAD = 200.0
 """The lengths a pool is planned for before its first length reading (the decision says so)."""
 KV_SAMPLE_ERROR = 0.25
 """The relative standard error of the running sequences' mean context from which the KV cache's
-reading sets a decode replica's batch (fewer sequences: the profile's capacity)."""
+reading sets a decode replica's batch (fewer sequences in the pool: the profile's capacity)."""
 SLO_QUANTILE = 0.95
 """The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
 
@@ -116,22 +116,23 @@ class PoolModelState:
     """(data time, demand) over the last rate window: the trend the load is extrapolated on."""
     active_seen: int | None = None
     """Ready plus starting replicas at the last tick: a rise is replicas starting."""
-    serving: deque[tuple[float, int]] = field(default_factory=deque)
-    """(time, ready plus draining replicas) at each tick over the last rate window and data
-    delay: a reading is paired with the replicas that produced it, not those of now."""
+    serving: deque[tuple[float, int, int]] = field(default_factory=deque)
+    """(time, ready, draining replicas) at each tick over the last two rate windows (a window
+    and the data's delay): a reading is paired with the replicas that produced it, not those
+    of now."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
 
-    def serving_at(self, t: float) -> int:
-        """The replicas serving at ``t``: the last count seen at or before it (before the
-        first look, what it saw: a reading from before it started was made by what ran)."""
-        at = [n for seen, n in self.serving if seen <= t]
-        return at[-1] if at else self.serving[0][1] if self.serving else 0
+    def serving_at(self, t: float) -> tuple[int, int]:
+        """(ready, draining) at ``t``: the last counts seen at or before it (before the first
+        look, what it saw: a reading from before it started was made by what ran)."""
+        at = [(r, d) for seen, r, d in self.serving if seen <= t]
+        return at[-1] if at else self.serving[0][1:] if self.serving else (0, 0)
 
     def serving_changed(self, start: float, end: float) -> bool:
-        """Whether replicas joined or left between ``start`` and ``end``."""
+        """Whether replicas joined, began draining or left between ``start`` and ``end``."""
         before = self.serving_at(start)
-        return any(n != before for t, n in self.serving if start < t <= end)
+        return any((r, d) != before for t, r, d in self.serving if start < t <= end)
 
     def prompt(self) -> float:
         """The mean prompt length last read, or the stated fallback before any."""
@@ -213,7 +214,7 @@ class PdscalePolicy:
             # ask that a budget, a bound or a dry run kept from being applied).
             st.cold_start.asked(now, r.active)
         st.active_seen = r.active
-        st.serving.append((now, r.ready + r.draining))
+        st.serving.append((now, r.ready, r.draining))
         while st.serving and st.serving[0][0] < now - 2 * RATE_WINDOW_S:
             st.serving.popleft()
         demand = pool.signals.get(DEMAND_SIGNAL[key[1]])
@@ -406,15 +407,20 @@ class PdscalePolicy:
         profile's capacity) where either is unread, or where too few run for their mean
         context to tell the mix's: with contexts as varied as the prompts (squared coefficient
         of variation ``prompt_length_cv2``), the mean of ``n`` has a relative standard error
-        of ``sqrt(cv2 / n)``, and it is used from a quarter on (16 sequences at cv2 = 1)."""
+        of ``sqrt(cv2 / n)``, and it is used from a quarter on (16 running sequences in the
+        pool at cv2 = 1)."""
         running = pool.signals.get(Signal.RUNNING_REQUESTS)
         usage = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
-        replicas = st.serving_at(pool.data_time_s)
+        replicas = sum(st.serving_at(pool.data_time_s))  # draining ones hold sequences too
         if running is None or usage is None or not math.isfinite(usage) or replicas < 1:
             notes.append("KV usage unread: the profile's KV capacity")
             return None
         enough = float(self.settings.sizing.prompt_length_cv2) / KV_SAMPLE_ERROR**2
-        if usage <= 0 or running < replicas * max(1.0, enough):
+        if usage <= 0 or running < max(replicas, enough):
+            if usage > 0 and running >= replicas:
+                notes.append(f"KV usage read over {running:.0f} sequences: too few to tell "
+                             f"the mix's context (from {enough:.0f}), the profile's KV "
+                             "capacity")
             return None
         return running / replicas / usage
 
@@ -428,7 +434,7 @@ class PdscalePolicy:
             recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
             if recent is not None and math.isfinite(recent):
                 observed, window = recent, RECENT_WINDOW_S
-        ready = st.serving_at(pool.data_time_s)
+        ready, draining = st.serving_at(pool.data_time_s)
         if observed is None or not math.isfinite(observed) or observed <= 0 or ready < 1 \
                 or demand <= 0:
             return
@@ -453,7 +459,7 @@ class PdscalePolicy:
             running = pool.signals.get(Signal.RUNNING_REQUESTS)
             if running is None or running <= 0:
                 return
-            per = running / ready
+            per = running / (ready + draining)  # a draining decode replica still decodes
             ctx = st.prompt() + st.output() / 2
             # The step the profile predicts at the running batch, over the one read.
             implied = st.profile.decode_step_ms(per, per * ctx) / 1000 / observed

@@ -34,6 +34,9 @@ def best_fixed(feasible: Callable[[int, int], bool], p_max: int, d_max: int, *,
     replicas d(p) falls as prefill grows. The search finds the fewest prefill p0 with all
     decode replicas, then walks p up from p0 while p - p0 can still beat the best total,
     binary-searching d(p) below the last one: O((p range + log d) evaluations), exact."""
+    if p_min > p_max or d_min > d_max:
+        raise ValueError(f"a lower bound above its upper one: prefill {p_min}-{p_max}, "
+                         f"decode {d_min}-{d_max}")
     if not feasible(p_max, d_max):
         return None
 
@@ -73,7 +76,7 @@ class BestFixed:
     ceiling: float
     """The lowest attainment of the generous allocation's runs."""
     evaluated: int
-    """Allocations tried below the bounds."""
+    """Allocations tried, the bounds' own included."""
     reached: bool = True
     """False when no allocation within the bounds reaches the target: then (prefill, decode)
     are the bounds themselves."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from pdscale.simulator._bestfixed import GENEROUS, BestFixed, search_best_fixed
 from pdscale.simulator._runner import SimResult
-from pdscale.simulator._simulate import SimOptions, result_files, simulate
+from pdscale.simulator._simulate import SimOptions, prepare, result_files, simulate
 from pdscale.spec import Role, Spec
 
 __all__ = ["compare_policies", "comparison_files", "comparison_table", "fixed_in_hindsight"]
@@ -63,7 +63,7 @@ def fixed_in_hindsight(spec: Spec, base: SimOptions, *,
                 progress(p, d, runs[(p, d)].summary["slo_attainment"])
         return runs[(p, d)]
 
-    _, meta = simulate(spec, replace(base, policy="static"))
+    meta = prepare(spec, replace(base, policy="static")).meta  # the oracle plan's peak
     service = spec.service(base.service) if base.service else spec.services[0]
     pools = [service.pools[role] for role in (Role.PREFILL, Role.DECODE)]
     p_max, d_max = [max(pool.min_replicas, min(pool.max_replicas, math.ceil(

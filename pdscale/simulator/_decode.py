@@ -163,8 +163,7 @@ class _DecodePool:
                 # Can never fit on one replica (the engine rejects it): a failed request.
                 r.waiting.popleft()
                 self.rejected += 1
-                self.finished += 1
-                self.window_finished += 1
+                self.finished += 1  # (vLLM rejects it at the API: not a request_success)
                 continue
             if r.kv() + ctx + len(r.members) + 1 > cap - watermark:
                 break

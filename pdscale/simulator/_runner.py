@@ -52,7 +52,7 @@ class _TickRaw:
     t: float
     arrivals: int
     finished: int
-    """Requests that finished (completed or rejected): a decode worker's request count."""
+    """Requests that completed: a decode worker's request count."""
     prefilled: int
     """Requests whose prefill was taken up (their prompt tokens counted): a prefill
     worker's request count."""
@@ -162,7 +162,7 @@ class EventWorld(World):
 
     def _rates(self, role: Role) -> PoolSignals:
         """Rates over the rate window, counted as each pool's engines count them: a prefill
-        worker's requests finish when their prefill does, and its prompt tokens count then;
+        worker counts a request and its prompt tokens together, as its prefill is taken up;
         a decode worker's requests finish with their last token, and its output tokens count
         as they are generated (vLLM's request_success_total, prompt_tokens_total and
         generation_tokens_total on P/D workers). Both pools carry all three, so each pool's

@@ -4,6 +4,7 @@ and the quiet readings the correction learns from."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -73,11 +74,12 @@ def test_a_kv_cache_fuller_than_the_profile_says_asks_more_decode() -> None:
     roomy = decode(running_requests=40.0, kv_cache_usage_ratio=0.05)
     full = decode(running_requests=40.0, kv_cache_usage_ratio=0.9)
     unread = decode()
-    # A few long sequences filling the cache say little of the mix's context: under 16 a
-    # replica (a prompt-length cv2 of 1), the profile's capacity.
-    few = decode(running_requests=20.0, kv_cache_usage_ratio=0.9)
+    # A few long sequences filling the cache say little of the mix's context: under 16 in
+    # the pool (a prompt-length cv2 of 1), the profile's capacity, and the decision says so.
+    few = decode(running_requests=10.0, kv_cache_usage_ratio=0.9)
     assert full.desired_replicas > roomy.desired_replicas
     assert few.detail["batch"] == unread.detail["batch"] > full.detail["batch"]
+    assert any("too few to tell" in r for r in few.reasons)
     assert "the KV cache's, as measured" in full.reasons[1]
     assert roomy.desired_replicas == unread.desired_replicas
     assert any("KV usage unread" in r for r in unread.reasons)
@@ -185,5 +187,19 @@ def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
     joined = _policy()
     for i in range(8):
         out = joined.decide(_obs(15 * i, ttft=0.4, ready=(2 if i < 4 else 4, 2)))[KEY_P]
-    assert joined.state[KEY_P].correction.readings < 8
+    assert joined.state[KEY_P].correction.readings == 6  # ticks 4-5 read across the join
     assert any("replicas joined or left" in r for r in out.reasons)
+
+    # A prefill replica that begins draining takes no new prompts: the reading's window saw
+    # the pool change although ready plus draining did not, and prefill is paired with the
+    # ready ones only.
+    drained = _policy()
+    for i in range(8):
+        obs = _obs(15 * i, ttft=0.4, ready=(4, 2))
+        if i >= 4:
+            pool = obs.pools[KEY_P]
+            obs.pools[KEY_P] = dataclasses.replace(pool, replicas=dataclasses.replace(
+                pool.replicas, ready=3, draining=1, desired=3))
+        out = drained.decide(obs)[KEY_P]
+    assert drained.state[KEY_P].correction.readings == 6
+    assert drained.state[KEY_P].serving_at(15 * 7 - 30) == (3, 1)

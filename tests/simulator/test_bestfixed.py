@@ -41,15 +41,18 @@ def test_best_fixed_finds_the_smallest_allocation(case: str) -> None:
     assert len(set(calls)) < 12 * 9 // 2  # a search, not a scan
 
 
-def test_best_fixed_on_a_simulated_case() -> None:
-    """The best fixed allocation of a hand-made staircase found by the search agrees with the
-    exhaustive answer; its neighbours below fail."""
-    found = best_fixed(CASES["staircase"], 20, 20)
-    assert found is not None
+def test_best_fixed_respects_lower_bounds_and_agrees_with_the_exhaustive_answer() -> None:
+    """With the pools' minimums as lower bounds, the search's answer is the exhaustive one
+    over the bounded box, its neighbours below fail, and bounds that cross are refused."""
+    feasible = CASES["staircase"]
+    found = best_fixed(feasible, 20, 20, p_min=6, d_min=3)
+    box = [(p, d) for p, d in itertools.product(range(6, 21), range(3, 21)) if feasible(p, d)]
+    assert found == min(box, key=lambda a: (a[0] + a[1], a[0]))
+    assert found is not None and found[0] >= 6 and found[1] >= 3
     p, d = found
-    assert CASES["staircase"](p, d)
-    assert not CASES["staircase"](p - 1, d) and not CASES["staircase"](p, d - 1)
-
+    assert (p == 6 or not feasible(p - 1, d)) and (d == 3 or not feasible(p, d - 1))
+    with pytest.raises(ValueError, match="lower bound above"):
+        best_fixed(feasible, 4, 20, p_min=6)
 
 
 def test_search_targets_what_the_bounds_reach_and_stops_at_a_first_miss() -> None:
