@@ -57,8 +57,8 @@ class ForecastStage:
         """``leads_s``: each pool's lead until the policy says otherwise (its default cold
         start plus one tick), so forecasts can be computed before the first tick.
         ``min_history_s``: a pool is forecast once its history spans this long (10 minutes:
-        the forecaster's short-history model needs minutes, not hours; at 30 minutes the
-        one-hour Mooncake trace lost 0.11-0.16 points on the mean of five seeds)."""
+        the forecaster's short-history model needs minutes, not hours, and a pool without a
+        forecast is sized on the demand it serves now)."""
         self.quantile = settings.scale_up_quantile
         self.resolution_s = resolution_s
         self.min_history_s = min_history_s
