@@ -58,7 +58,6 @@ from scipy.stats import binom
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-TRACES = Path(os.environ.get("PDSCALE_TRACES", ROOT.parent / "shared" / "traces"))
 
 from pdscale.forecasting import (  # noqa: E402
     LastValue,
@@ -66,6 +65,9 @@ from pdscale.forecasting import (  # noqa: E402
     backtest,
     regularize,
 )
+from pdscale.simulator import traces_dir  # noqa: E402
+
+TRACES = traces_dir(None, default=ROOT.parent / "shared" / "traces")
 
 HORIZONS_S = (600.0, 1800.0)
 QUANTILE = 0.9

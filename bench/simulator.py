@@ -26,15 +26,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("PDSCALE_TRACES") or ROOT.parent / "shared" / "traces")
-"""The public traces: ``--traces``, ``$PDSCALE_TRACES`` or ../shared/traces
-(``pdscale trace fetch all --to DIR`` downloads them)."""
+DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def _traces() -> Path:
+    """The public traces: ``--traces`` (passed to the cases as ``$PDSCALE_TRACES``),
+    ``$PDSCALE_TRACES`` or ../shared/traces (``pdscale trace fetch all --to DIR``)."""
+    sys.path.insert(0, str(ROOT))
+    from pdscale.simulator import traces_dir
+
+    return traces_dir(None, default=DEFAULT_TRACES)
 PDSCALE_OVER_ORACLE = 5.0
 """pdscale's 14-day m-large replay may take at most this many times the oracle's wall time."""
 
 
 def _case(name: str) -> dict[str, object]:
-    sys.path.insert(0, str(ROOT))
+    shared = _traces()
     from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
 
@@ -47,14 +54,14 @@ def _case(name: str) -> dict[str, object]:
         options = SimOptions(trace="synthetic", policy="oracle", mode="event",
                              duration_s=7200, scale=4.0)
     elif name == "event-azure":
-        options = SimOptions(trace=str(SHARED / "azure_llm_2023_code.csv"), policy="oracle",
+        options = SimOptions(trace=str(shared / "azure_llm_2023_code.csv"), policy="oracle",
                              mode="event", scale=4.0)
     elif name == "fluid-servegen-14d":
-        options = SimOptions(trace=str(SHARED / "servegen_m-large_client_rates.csv.gz"),
+        options = SimOptions(trace=str(shared / "servegen_m-large_client_rates.csv.gz"),
                              policy="reactive", mode="fluid")
     elif name in ("fluid-m-large-14d-pdscale", "fluid-m-large-14d-oracle"):
         spec = load_spec(ROOT / "examples" / "vllm.yaml")  # as it ships: production defaults
-        options = SimOptions(trace=str(SHARED / "servegen_m-large_client_rates.csv.gz"),
+        options = SimOptions(trace=str(shared / "servegen_m-large_client_rates.csv.gz"),
                              policy=name.rsplit("-", 1)[1], mode="fluid")
     else:
         raise SystemExit(f"unknown case {name}")
@@ -79,21 +86,20 @@ def main() -> int:
     parser.add_argument("--traces", help="folder of the public traces (default: "
                         "$PDSCALE_TRACES or ../shared/traces)")
     args = parser.parse_args()
-    global SHARED
     if args.traces:
-        SHARED = Path(args.traces)
         os.environ["PDSCALE_TRACES"] = args.traces  # the cases run in child processes
+    shared = _traces()
     if args.case:
         print(json.dumps(_case(args.case)))
         return 0
     cases = ["event-synthetic"]
-    if SHARED.exists():
+    if shared.exists():
         cases.append("event-azure")
         if not args.quick:
             cases += ["fluid-servegen-14d", "fluid-m-large-14d-pdscale",
                       "fluid-m-large-14d-oracle"]
     else:
-        print(f"{SHARED} is absent: only the synthetic case runs (--traces DIR, or "
+        print(f"{shared} is absent: only the synthetic case runs (--traces DIR, or "
               "`pdscale trace fetch all --to DIR`)")
     if args.cases:
         cases = args.cases.split(",")

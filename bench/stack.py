@@ -73,9 +73,10 @@ from pdscale.controller import (  # noqa: E402
     prefill_capacity,
     uncached_prefill_demand,
 )
+from pdscale.simulator import traces_dir  # noqa: E402
 from pdscale.spec import Role  # noqa: E402
 
-SHARED = Path(os.environ.get("PDSCALE_TRACES") or ROOT.parent / "shared" / "traces")
+SHARED = traces_dir(None, default=ROOT.parent / "shared" / "traces")
 """The public traces: ``$PDSCALE_TRACES`` or ../shared/traces (``pdscale trace fetch``)."""
 RESULTS = ROOT / "bench" / "results"
 MOCKER_PROFILE = ROOT / "pdscale" / "controller" / "profiles" / "dynamo-mocker-1.6.1.yaml"
