@@ -505,7 +505,6 @@ class QuantileGBForecaster(_Forecaster):
         self.trained_horizons_ = horizons
         self.models_: list[HistGradientBoostingRegressor] = []
         self.past_rows_: dict[tuple[int, ...], dict[int, tuple[FloatArray, ...]]] = {}
-        self.past_joined_: tuple[tuple[object, ...], tuple[FloatArray, ...]] | None = None
         self.shift_ = np.zeros(shape)
         self.weight_ = np.zeros(shape)
         self.simple_ = np.zeros(shape)
@@ -743,11 +742,7 @@ class QuantileGBForecaster(_Forecaster):
         fit: a past origin's features reach only back from it, over values already observed,
         so what the fitted model said there does not change as new points arrive. Each
         forecast then predicts its own origins, not a day of past ones again."""
-        hz = tuple(int(h) for h in horizons)
-        asked = (hz, int(past[0]), int(past[-1]), len(past))
-        if self.past_joined_ is not None and self.past_joined_[0] == asked:
-            return self.past_joined_[1]  # the same past origins as the last forecast's
-        store = self.past_rows_.setdefault(hz, {})
+        store = self.past_rows_.setdefault(tuple(int(h) for h in horizons), {})
         for origin in [o for o in store if o < past[0]]:
             del store[origin]
         missing = np.array([o for o in past.tolist() if o not in store], dtype=np.int64)
@@ -758,9 +753,7 @@ class QuantileGBForecaster(_Forecaster):
                 rows = slice(i * k, (i + 1) * k)
                 store[origin] = (rel[rows], last[rows], scale[rows])
         parts = [store[o] for o in past.tolist()]
-        joined = tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
-        self.past_joined_ = (asked, joined)
-        return joined
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:

@@ -428,7 +428,6 @@ def test_recalibration_predicts_each_past_origin_once_a_fit() -> None:
         fc.observe(ti, yi)
         cached = fc.forecast(horizons)
         model.past_rows_.clear()
-        model.past_joined_ = None
         assert np.array_equal(cached, fc.forecast(horizons))
     assert model.past_rows_
     # Cleared every minute above, so each forecast after a clear recomputed the past; the
