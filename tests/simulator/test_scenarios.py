@@ -107,6 +107,10 @@ def test_the_demo_morning_rises_crowds_and_shifts_its_lengths() -> None:
     from pdscale.simulator._scenarios import DEMO_SCENARIO
 
     assert DEMO_SCENARIO not in SCENARIOS  # the demo's, not the suite's
+    from pdscale._cli import build_parser
+
+    # pdscale demo names it without importing the generator (numpy) at start-up.
+    assert build_parser().parse_args(["demo"]).trace == f"scenario:{DEMO_SCENARIO}"
     demo = scenario(DEMO_SCENARIO)
     rate = _per_minute(DEMO_SCENARIO)
     night, morning, crowd = rate[20:55].mean(), rate[105:125].mean(), rate[132:139].mean()
