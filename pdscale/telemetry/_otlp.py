@@ -13,6 +13,10 @@ Design:
   :data:`RECENT_WINDOW`) is the slots it covers merged; a rate divides by the time the slots
   cover, and by no more than the store has been receiving. Memory per pool is bounded by the
   slots of one window: nothing grows with traffic.
+* ITL is weighted by tokens: a request's mean inter-token latency counts once per gap
+  (``completion_tokens - 1``), in the digest and the re-exported histogram, as the engines'
+  own ITL histograms observe every gap. A request-weighted quantile would let one long
+  generation count as much as a two-token answer, and read low where long outputs are slow.
 * Metrics (``telemetry._otlp_metrics``) are kept per series and read as rates, gauges and
   histogram quantiles over the same windows.
 * A pool's data age is that of its newest span or point: :data:`Signal.SAMPLE_AGE_S`, as the
@@ -132,21 +136,28 @@ class StageHistogram:
     count: int = 0
     sum_s: float = 0.0
 
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.sum_s += value
+    def observe(self, value: float, weight: int = 1) -> None:
+        """Count ``value`` ``weight`` times (a request's ITL once per inter-token gap)."""
+        self.count += weight
+        self.sum_s += value * weight
         for i, bound in enumerate(self.bounds):
             if value <= bound:
-                self.counts[i] += 1
+                self.counts[i] += weight
+
+
+_FOLD_AT = 128
+"""Weighted ITL values a slot buffers before folding them into its digest."""
 
 
 class _Slot:
     __slots__ = ("cache_prompt", "cached", "completion", "digests", "failed", "index",
-                 "outcomes", "prompt", "requests")
+                 "itl_pending", "outcomes", "prompt", "requests")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.digests: dict[str, TDigest] = {}
+        self.itl_pending: list[tuple[float, int]] = []
+        """(ITL, inter-token gaps) not yet in ``digests["itl"]``: at most :data:`_FOLD_AT`."""
         self.requests = 0
         self.prompt = 0.0
         self.completion = 0.0
@@ -322,6 +333,13 @@ class OtlpStore:
         for stage, value in values:
             if value is None:
                 continue
+            if stage == "itl":  # weighted by its gaps; itl_s is set only where completion > 1
+                gaps = (timing.completion_tokens or 2) - 1
+                slot.itl_pending.append((value, gaps))
+                if len(slot.itl_pending) >= _FOLD_AT:
+                    self._fold_itl(slot)
+                pool.histograms[stage].observe(value, gaps)
+                continue
             digest = slot.digests.get(stage)
             if digest is None:
                 digest = slot.digests[stage] = TDigest(max_centroids=self.max_centroids)
@@ -341,6 +359,22 @@ class OtlpStore:
         pool.newest_s = max(pool.newest_s, t)
         pool.spans += 1
         result.accepted += 1
+
+    def _fold_itl(self, slot: _Slot) -> None:
+        """Fold the slot's buffered ITLs into its digest, each a centroid weighted by the
+        request's inter-token gaps (the t-digest takes weights only as centroids)."""
+        if not slot.itl_pending:
+            return
+        pending = sorted(slot.itl_pending)
+        slot.itl_pending.clear()
+        weighted = TDigest.from_dict({
+            "max_centroids": self.max_centroids, "min": pending[0][0], "max": pending[-1][0],
+            "centroids": [{"m": m, "c": float(c)} for m, c in pending]})
+        digest = slot.digests.get("itl")
+        if digest is None:
+            slot.digests["itl"] = weighted
+        else:
+            digest.merge_inplace(weighted)
 
     def ingest_metrics(self, request: Any, now_s: float) -> IngestResult:
         """Take an ``ExportMetricsServiceRequest``'s points of the metrics the catalog
@@ -484,6 +518,8 @@ class OtlpStore:
     def _merge(self, slots: Iterable[_Slot], stage: str, first: int) -> TDigest | None:
         merged: TDigest | None = None
         for slot in slots:
+            if stage == "itl":
+                self._fold_itl(slot)
             digest = slot.digests.get(stage)
             if slot.index < first or digest is None:
                 continue

@@ -20,7 +20,8 @@ TTFT is split into stages where the engine says so:
 
 The inter-token latency is the request's mean time per output token after the first,
 ``time_in_model_decode / (completion_tokens - 1)``, what both engines compute for their own
-TPOT; a request of one output token has none. A request failed where the span's status is
+TPOT; a request of one output token has none. The store weights it by the request's
+``completion_tokens - 1`` gaps (``telemetry._otlp``). A request failed where the span's status is
 ERROR or its ``gen_ai.response.finish_reasons`` holds ``abort`` or ``error`` (SGLang); vLLM's
 span records neither, so its pools' error ratio from spans stays unknown, never zero.
 """

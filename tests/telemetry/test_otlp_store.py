@@ -83,6 +83,35 @@ def test_span_percentiles_rates_and_stages_per_pool(spec: Spec) -> None:
         row[("llama-batch", Role.PREFILL)][Signal.TTFT_P95_S].__class__(None, None)
 
 
+def test_itl_counts_each_request_once_per_inter_token_gap(spec: Spec) -> None:
+    """900 two-token answers at 10 ms a token and 100 long generations (1001 tokens) at 80 ms:
+    the engines' ITL histograms observe every gap, so nearly all of them are the long
+    generations' 80 ms, where a per-request quantile would read 10 ms."""
+    store = OtlpStore(spec, started_s=T0 - 600)
+    short = [Req(end_s=T0 - 200 + i * 0.1, ttft_s=0.1, decode_s=0.01, completion=2)
+             for i in range(900)]
+    long = [Req(end_s=T0 - 100 + i * 0.5, ttft_s=0.1, decode_s=80.0, completion=1001)
+            for i in range(100)]
+    store.ingest_traces(trace_request({vllm_resource("llama-chat-decode-a"): short + long}),
+                        now_s=T0)
+    row = store.read(spec, [Signal.ITL_P50_S, Signal.ITL_P95_S], at_s=T0)[DECODE]
+    gaps = 900 * 1 + 100 * 1000
+    assert 900 / gaps < 0.5  # the median gap is a long generation's
+    assert row[Signal.ITL_P50_S].value == pytest.approx(0.08, rel=0.01)
+    assert row[Signal.ITL_P95_S].value == pytest.approx(0.08, rel=0.01)
+    hist = store.histograms()[DECODE]["itl"]
+    assert hist.count == gaps and hist.sum_s == pytest.approx(900 * 0.01 + 100 * 80.0)
+    # A few long generations among many short answers: the short ones hold the median.
+    store = OtlpStore(spec, started_s=T0 - 600)
+    store.ingest_traces(trace_request({vllm_resource("llama-chat-decode-a"): [
+        *[Req(end_s=T0 - 200 + i * 0.1, ttft_s=0.1, decode_s=1.0, completion=101)
+          for i in range(990)],
+        *[Req(end_s=T0 - 50 + i, ttft_s=0.1, decode_s=0.8, completion=11) for i in range(10)]]}),
+        now_s=T0)
+    row = store.read(spec, [Signal.ITL_P50_S], at_s=T0)[DECODE]
+    assert row[Signal.ITL_P50_S].value == pytest.approx(0.01, rel=0.01)
+
+
 def test_the_recent_window_sees_a_swing_the_five_minute_one_averages(spec: Spec) -> None:
     store = OtlpStore(spec, started_s=T0 - 600)
     old = [Req(end_s=T0 - 280 + i, ttft_s=0.2) for i in range(200)]
