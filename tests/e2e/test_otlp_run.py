@@ -27,6 +27,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -38,7 +39,7 @@ from tests.conftest import free_port, need_tool
 from tests.controller.kube_standin import ApiState, api_standin
 from tests.e2e.prom import api as prom_api
 from tests.e2e.prom import exporter, prometheus
-from tests.telemetry.otlp_fixtures import Req, end_vllm_spans, vllm_resource
+from tests.telemetry.otlp_fixtures import Req, end_vllm_spans, sglang_span, vllm_resource
 
 pytestmark = pytest.mark.e2e
 
@@ -59,6 +60,22 @@ services:
         target: {name: llama-chat-decode}
         min_replicas: 1
         max_replicas: 16
+  - name: qwen-sgl          # SGLang servers, their spans selected by service.name
+    namespace: sgl
+    engine: sglang
+    model_name: Qwen/Qwen2.5-7B-Instruct
+    slo: {ttft_p95_s: 0.6, itl_p95_s: 0.06}   # boundaries of SGLang's default buckets
+    pools:
+      prefill:
+        target: {name: qwen-sgl-prefill}
+        min_replicas: 1
+        max_replicas: 16
+        selector: {resource_attributes: {service.name: qwen-sgl-prefill}}
+      decode:
+        target: {name: qwen-sgl-decode}
+        min_replicas: 1
+        max_replicas: 16
+        selector: {resource_attributes: {service.name: qwen-sgl-decode}}
 controller:
   tick: 1s
   leader_election: {enabled: false}
@@ -80,6 +97,8 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     state = ApiState()
     state.add("llm", "deployments", "llama-chat-prefill", 1)
     state.add("llm", "deployments", "llama-chat-decode", 1)
+    state.add("sgl", "deployments", "qwen-sgl-prefill", 1)
+    state.add("sgl", "deployments", "qwen-sgl-decode", 1)
     ports: set[int] = set()
     while len(ports) < 3:
         ports.add(free_port())
@@ -184,6 +203,45 @@ def test_the_controller_scales_prefill_on_span_demand(controller: dict[str, Any]
     assert "pdscale_otlp_accepted_total" in metrics
 
 
+def test_sglang_spans_scale_its_pools_and_give_cache_hits(
+        controller: dict[str, Any]) -> None:
+    """SGLang 0.5.23's root request spans (``"prefill Req <rid>"``, no queue time, the finish
+    reason in the span) from its default gRPC exporter, its servers told apart by
+    ``service.name``: the prefill pool scales on TTFT, and the span's cached tokens give the
+    prefix-cache hit ratio vLLM's spans cannot."""
+    now = time.time()
+    memory = InMemorySpanExporter()
+    prefill = TracerProvider(resource=Resource.create({"service.name": "qwen-sgl-prefill"}))
+    prefill.add_span_processor(SimpleSpanProcessor(memory))
+    for i in range(600):
+        sglang_span(prefill, Req(end_s=now - 0.5 - i * 0.004, ttft_s=1.2, prefill_s=1.1,
+                                 decode_s=0.02, prompt=6000, completion=2),
+                    finish="abort" if i % 10 == 0 else "stop")
+    decode = TracerProvider(resource=Resource.create({"service.name": "qwen-sgl-decode"}))
+    decode.add_span_processor(SimpleSpanProcessor(memory))
+    for i in range(100):
+        sglang_span(decode, Req(end_s=now - 0.5 - i * 0.01, ttft_s=0.2, decode_s=2.0,
+                                completion=201))
+    exporter = GrpcSpanExporter(endpoint=f"127.0.0.1:{controller['grpc']}", insecure=True)
+    spans = list(memory.get_finished_spans())
+    for i in range(0, len(spans), 500):
+        assert exporter.export(spans[i:i + 500]) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    status = _wait(controller["base"], lambda s: s["pools"]["qwen-sgl/prefill"]["desired"] > 1)
+    answered = status["signal_sources"]["qwen-sgl/prefill"]
+    assert answered["ttft_p95_s"] == answered["prefix_cache_hit_ratio"] == "otlp"
+    assert "queue_depth" in answered and answered["queue_depth"] is None
+    with urllib.request.urlopen(f"{controller['base']}/metrics", timeout=3) as resp:
+        metrics = resp.read().decode()
+    # SGLang's prefill time is re-exported; it has no queue time, so no queue histogram.
+    labels = ('{model_name="Qwen/Qwen2.5-7B-Instruct",namespace="sgl",pdscale_pool="prefill",'
+              'pdscale_service="qwen-sgl"}')
+    assert f"pdscale_otlp_prefill_time_seconds_count{labels} 600.0" in metrics
+    assert f"pdscale_otlp_queue_time_seconds_count{labels}" not in metrics
+    assert controller["state"].objects[("sgl", "deployments", "qwen-sgl-prefill")][
+        "replicas"] > 1
+
+
 def test_check_reports_which_source_answered_and_how_fresh(
         controller: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     """``pdscale check --controller``: with OTLP as the only source, Prometheus is not
@@ -197,7 +255,8 @@ def test_check_reports_which_source_answered_and_how_fresh(
                  for i in range(50)])
     # Rates need one 30 s slot of receiving: a fresh controller has none before.
     _wait(controller["base"], lambda s: all(
-        s["signal_sources"].get(f"llama-chat/{r}", {}).get(sig) == "otlp"
+        s["signal_sources"].get(f"{service}/{r}", {}).get(sig) == "otlp"
+        for service in ("llama-chat", "qwen-sgl")
         for r, sig in (("prefill", "ttft_p95_s"), ("decode", "itl_p95_s"),
                        ("prefill", "prompt_tokens_per_s"),
                        ("decode", "generation_tokens_per_s"))), timeout_s=60)
@@ -211,13 +270,15 @@ def test_check_reports_which_source_answered_and_how_fresh(
                  "--json"])
     report = json.loads(capsys.readouterr().out.split("\nPrometheus not checked")[0])
     assert code == 0 and report["sources_ready"] is True
-    rows = {(r["pool"], r["signal"]): r for r in report["sources"]}
-    for pool, name in (("prefill", "ttft_p95_s"), ("prefill", "prompt_tokens_per_s"),
-                       ("decode", "itl_p95_s"), ("decode", "generation_tokens_per_s")):
-        row = rows[(pool, name)]
-        assert (row["configured"], row["answered"], row["status"]) == ("otlp", "otlp", "ok")
-        assert row["needed_by"] == "controller" and 0 <= row["age_s"] < 60, row
-    queue = rows[("prefill", "queue_depth")]  # no gauge from spans: none is made up
+    rows = {(r["service"], r["pool"], r["signal"]): r for r in report["sources"]}
+    for service in ("llama-chat", "qwen-sgl"):  # vLLM's spans and SGLang's
+        for pool, name in (("prefill", "ttft_p95_s"), ("prefill", "prompt_tokens_per_s"),
+                           ("decode", "itl_p95_s"), ("decode", "generation_tokens_per_s")):
+            row = rows[(service, pool, name)]
+            assert (row["configured"], row["answered"], row["status"]) == \
+                ("otlp", "otlp", "ok"), row
+            assert row["needed_by"] == "controller" and 0 <= row["age_s"] < 60, row
+    queue = rows[("llama-chat", "prefill", "queue_depth")]  # spans give no gauge: none made up
     assert queue["answered"] is None and queue["status"] == "missing"
 
 
