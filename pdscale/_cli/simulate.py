@@ -29,6 +29,17 @@ from pdscale._cli._common import (
 from pdscale.spec import Role, Spec
 
 
+def otlp_endpoint(text: str) -> str:
+    """An argparse type for an OTLP/HTTP traces URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"expected an OTLP/HTTP URL such as http://127.0.0.1:4318/v1/traces, got {text!r}")
+    return text if parts.path not in ("", "/") else text.rstrip("/") + "/v1/traces"
+
+
 def port(text: str) -> int:
     """An argparse type for a TCP port to listen on: 0 (any free) to 65535."""
     try:
@@ -71,6 +82,9 @@ def _simulate(args: argparse.Namespace) -> int:
         traces_dir,
     )
 
+    if args.otlp_endpoint and not args.live:
+        err("--otlp-endpoint exports the live simulator's request spans: add --live")
+        return EXIT_BAD_INPUT
     spec = load_checked(args.spec)
     if spec is None:
         return EXIT_BAD_INPUT
@@ -166,6 +180,8 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     except ValueError as exc:
         err(str(exc))
         return EXIT_BAD_INPUT
+    if args.otlp_endpoint:
+        cluster.export_spans(args.otlp_endpoint)
     stop = threading.Event()
     # Ctrl-C or SIGTERM ends the run, whose results are then written (and a second Ctrl-C
     # while they are cannot cut the write short); the handlers are put back on return.
@@ -177,6 +193,8 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
         announced.append(port)
         print(f"live: http://127.0.0.1:{port}/metrics  POST /scale  GET /status "
               f"(x{args.speed:g} real time, {len(prepared.trace or [])} requests)", flush=True)
+        if args.otlp_endpoint:
+            print(f"live: request spans to {args.otlp_endpoint} (OTLP/HTTP)", flush=True)
 
     try:
         started = time.perf_counter()
@@ -281,5 +299,9 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="live mode: listen address")
     p.add_argument("--port", type=port, default=8400,
                    help="live mode: port, 0 to 65535 (0: any free; default 8400)")
+    p.add_argument("--otlp-endpoint", type=otlp_endpoint, metavar="URL",
+                   help="live mode: the pods also export one vLLM-shaped request span a "
+                        "request over OTLP/HTTP to URL (e.g. http://127.0.0.1:4318/v1/traces, "
+                        "pdscale run's receiver)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_simulate)

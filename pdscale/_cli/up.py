@@ -63,13 +63,30 @@ class LocalStack:
     urls: dict[str, str]
 
 
+SPAN_SIGNALS = ("ttft_p50_s", "ttft_p95_s", "ttft_p95_recent_s", "ttft_p99_s", "itl_p50_s",
+                "itl_p95_s", "e2e_p95_s")
+"""What ``pdscale up --otlp``'s controller reads from the simulated pods' request spans; the
+gauges and token counters stay Prometheus' (examples/vllm-otlp.yaml's split)."""
+
+
 def local_spec(spec: Spec, *, urls: Mapping[str, str], speed: float) -> dict[str, Any]:
     """The spec the local stack runs: the first service (the simulator runs one), ticks sped
-    up with the simulation (``pdscale._servers.loopback_spec`` for the rest)."""
+    up with the simulation (``pdscale._servers.loopback_spec`` for the rest). With an ``otlp``
+    URL the controller's OTLP/HTTP receiver listens there (loopback: no token) and latency is
+    read from spans (:data:`SPAN_SIGNALS`)."""
+    from urllib.parse import urlsplit
+
     from pdscale._servers import loopback_spec
 
-    return loopback_spec(spec, spec.services[0].name, prometheus_url=urls["prometheus"],
-                         controller_url=urls["controller"], tick_s=max(1, round(15 / speed)))
+    raw = loopback_spec(spec, spec.services[0].name, prometheus_url=urls["prometheus"],
+                        controller_url=urls["controller"], tick_s=max(1, round(15 / speed)))
+    if "otlp" in urls:
+        raw["controller"]["otlp"] = {**raw["controller"].get("otlp", {}), "enabled": True,
+                                     "http_port": urlsplit(urls["otlp"]).port, "grpc_port": 0,
+                                     "auth": {}}
+        raw["controller"]["signal_sources"] = {"default": "prometheus",
+                                               "signals": dict.fromkeys(SPAN_SIGNALS, "otlp")}
+    return raw
 
 
 def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Path,
@@ -96,7 +113,9 @@ def local_stack(spec: Spec, local: Spec, *, ports: Mapping[str, int], folder: Pa
         ("simulator", (python, "-m", "pdscale", "simulate", "--live", "--spec", spec_file,
                        "--trace", "synthetic", "--duration", str(duration_s), "--speed",
                        str(speed), "--scale", str(scale), "--port", str(ports["simulator"]),
-                       "--policy", "static", "--out", str(folder / "sim")),
+                       "--policy", "static", "--out", str(folder / "sim"),
+                       *(("--otlp-endpoint", f"{urls['otlp']}/v1/traces")
+                         if "otlp" in urls else ())),
          f"{urls['simulator']}/status"),
         ("prometheus", tuple(prometheus_argv(binaries["prometheus"], folder / "prometheus.yml",
                                              folder / "prometheus-data", ports["prometheus"])),
@@ -294,11 +313,12 @@ def _up_dynamo(spec: Spec, folder: Path, *, start_delay_s: float) -> int:
     return code
 
 
-_ENGINE_OPTIONS = {"sim": ("speed", "duration", "scale"), "dynamo": ("cold_start",)}
+_ENGINE_OPTIONS = {"sim": ("speed", "duration", "scale", "otlp"), "dynamo": ("cold_start",)}
 """The options that apply to each engine; the others are refused, not ignored."""
 _WHY_NOT = {"speed": "the Dynamo stack runs in real time",
             "duration": "the Dynamo stack serves what you send it (pdscale load)",
             "scale": "the Dynamo stack serves what you send it (pdscale load)",
+            "otlp": "Dynamo's mocker workers export no request spans",
             "cold_start": "the simulated stack takes its start-ups from the spec's cold_start"}
 
 
@@ -308,7 +328,7 @@ def _option(name: str) -> str:
 
 def _misused(args: argparse.Namespace) -> str | None:
     """Why the options given do not fit the engine or the action, or None."""
-    given = [n for n in ("spec", "engine", "speed", "duration", "scale", "cold_start")
+    given = [n for n in ("spec", "engine", "speed", "duration", "scale", "otlp", "cold_start")
              if getattr(args, n) is not None]
     action = "--status" if args.status else "--restart" if args.restart else None
     if action is not None:
@@ -376,7 +396,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         _claim(folder)
         ports = {name: free_port()
-                 for name in ("simulator", "prometheus", "alertmanager", "controller")}
+                 for name in ("simulator", "prometheus", "alertmanager", "controller",
+                              *(("otlp",) if args.otlp else ()))}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         (folder / "spec.yaml").write_text(yaml.safe_dump(
             local_spec(spec, urls=urls, speed=speed), sort_keys=False))
@@ -415,6 +436,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"  alertmanager {url['alertmanager']}  (the generated route to pdscale)")
     print(f"  controller   {url['controller']}/v1/status  /v1/decisions  /v1/forecast  "
           "/metrics")
+    if "otlp" in url:
+        print(f"  otlp         {url['otlp']}/v1/traces  (the pods' request spans: the "
+              "controller reads latency from them)")
     print_logs(folder, ("simulator", "prometheus", "alertmanager", "controller"))
     print(f"parts and their PIDs: pdscale up --status --dir {folder}; restart one: "
           f"pdscale up --restart controller --dir {folder}")
@@ -644,6 +668,7 @@ def register(sub: Any) -> None:
                     "binaries. docs/local-stack.md: how to drive, inspect and restart it.",
         epilog="examples:\n"
                "  pdscale up                                  # the simulator, x10 time\n"
+               "  pdscale up --otlp                           # latency from request spans\n"
                "  pdscale up --engine dynamo                  # real Dynamo, real time\n"
                "  pdscale load --trace synthetic --duration 120   # send it requests\n"
                "  pdscale up --status                         # each part: state, PID, port, log\n"
@@ -663,6 +688,11 @@ def register(sub: Any) -> None:
     sim.add_argument("--duration", type=POSITIVE,
                      help="simulated seconds of trace (default 6 h)")
     sim.add_argument("--scale", type=POSITIVE, help="load multiplier (default 1)")
+    sim.add_argument("--otlp", action="store_true", default=None,
+                     help="the simulated pods also export a vLLM-shaped request span a request "
+                          "over OTLP/HTTP to the controller's receiver, and the controller "
+                          "reads TTFT, ITL and e2e latency from the spans (gauges and token "
+                          "counters from Prometheus); docs/opentelemetry.md")
     dyn = p.add_argument_group(
         "--engine dynamo (a real Dynamo stack in real time; send it load with pdscale load)",
         "Each pool runs the mocker profile (dynamo-mocker-1.6.1) and plans with its measured "

@@ -73,6 +73,8 @@ class EventSimulator(_DecodePool):
         self.arrival = trace.arrival_s.astype(np.float64)
         self.cached = np.zeros(n, dtype=np.int64)
         self.done = np.zeros(n, dtype=np.int64)
+        self.prefill_start = np.full(n, np.nan)
+        """When each request's (last) prefill was taken up: its queue time ends there."""
         self.prefill_end = np.full(n, np.nan)
         self.failed: list[tuple[float, Role, bool]] = []
         """(time, pool, whether a ready replica was there to lose) of each failure that came
@@ -412,6 +414,7 @@ class EventSimulator(_DecodePool):
                 if source is r.queue:
                     r.queued_tokens -= int(self.prompt[req])
                 self.cached[req] = self._cache_hit(r, req)
+                self.prefill_start[req] = self.now
                 self.window_prompt_tokens += int(self.prompt[req])
                 self.window_prefilled += 1
                 self.window_cached_tokens += int(self.cached[req])

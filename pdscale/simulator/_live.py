@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
@@ -43,6 +43,9 @@ from pdscale.simulator._event import (
 )
 from pdscale.spec import ENGINE_HISTOGRAM_BUCKETS, Engine, Role, ServiceSpec
 from pdscale.telemetry import dynamo_label_namespace
+
+if TYPE_CHECKING:
+    from pdscale.simulator._livespans import SpanExport
 
 __all__ = ["LiveCluster", "serve_live"]
 
@@ -112,6 +115,8 @@ class LiveCluster(Collector):
         self._wall0: float | None = None
         self._last_busy: dict[int, tuple[float, float]] = {}
         self.scale_requests = 0
+        self.spans: SpanExport | None = None
+        """Set (:meth:`export_spans`): the pods also end a request span each over OTLP."""
 
     @classmethod
     def for_service(cls, sim: EventSimulator, service: ServiceSpec, *,
@@ -132,6 +137,14 @@ class LiveCluster(Collector):
                    if service.dynamo else "dynamo",
                    buckets=buckets, frontend_pod=f"{service.name}-frontend-0")
 
+    def export_spans(self, endpoint: str, headers: dict[str, str] | None = None) -> None:
+        """Have every pod export vLLM-shaped request spans to ``endpoint`` (OTLP/HTTP,
+        ``.../v1/traces``) beside its metrics (``simulator._livespans``)."""
+        from pdscale.simulator._livespans import SpanExport
+
+        self.spans = SpanExport(self.sim, endpoint=endpoint, namespace=self.namespace,
+                                pod_prefix=self.pod_prefix, speed=self.speed, headers=headers)
+
     # -- time -----------------------------------------------------------------------------
 
     def start(self, wall_now: float) -> None:
@@ -144,6 +157,8 @@ class LiveCluster(Collector):
         assert self._wall0 is not None, "call start() first"
         with self.lock:
             self.sim.advance((wall_now - self._wall0) * self.speed)
+            if self.spans is not None:
+                self.spans.emit(time.time())
             return not self.sim.done_running
 
     def scale(self, pool: str, replicas: int) -> dict[str, Any]:
@@ -162,6 +177,9 @@ class LiveCluster(Collector):
                 "requests": len(self.sim.arrival),
                 "pools": {r.value: {"desired": self.sim.desired[r], **self.sim.counts(r)}
                           for r in Role},
+                **({"spans": {"endpoint": self.spans.endpoint,
+                              **{r.value: n for r, n in self.spans.spans.items()}}}
+                   if self.spans is not None else {}),
             }
 
     # -- metrics --------------------------------------------------------------------------
@@ -515,5 +533,7 @@ def serve_live(cluster: LiveCluster, *, host: str = "127.0.0.1", port: int = 0,
     finally:
         server.shutdown()
         server.server_close()
+        if cluster.spans is not None:
+            cluster.spans.close()
         with cluster.lock:
             cluster.sim.close()

@@ -187,14 +187,8 @@ class ControllerTelemetry:
         """Export spans over OTLP when the environment asks for it; whether it does."""
         if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             return False
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                OTLPSpanExporter,
-            )
-        except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp "
-                        "is not installed: pip install opentelemetry-exporter-otlp-proto-http")
-            return False
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         return True
 

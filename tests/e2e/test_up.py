@@ -29,10 +29,14 @@ def _get(url: str) -> Any:
 
 
 def test_up_runs_the_loop_and_down_stops_it(tmp_path: Path) -> None:
+    """The stack with ``--otlp``: the simulated pods are scraped by Prometheus and export
+    request spans to the controller, which reads gauges from one and latency from the other
+    (the stack without ``--otlp`` differs only in the spec's signal_sources:
+    tests/pdscale/test_cli.py renders both)."""
     need_tool("prometheus")
     need_tool("prometheus-alertmanager")
     folder = tmp_path / "stack"
-    up = _pdscale("up", "--dir", str(folder), "--speed", "20")
+    up = _pdscale("up", "--dir", str(folder), "--speed", "20", "--otlp")
     state = json.loads((folder / "up.json").read_text()) if (folder / "up.json").exists() \
         else None
     try:
@@ -57,6 +61,14 @@ def test_up_runs_the_loop_and_down_stops_it(tmp_path: Path) -> None:
             time.sleep(1)
         assert status is not None and status["pools"]
         assert "degraded" not in {p["cause"] for p in status["pools"].values()}, status
+        # Latency came from the pods' spans, the gauges from Prometheus.
+        assert "/v1/traces" in up.stdout and status["otlp"]["accepted_spans"] > 0, status["otlp"]
+        assert not status["otlp"]["dropped"], status["otlp"]
+        for pool, latency in (("prefill", "ttft_p95_s"), ("decode", "itl_p95_s")):
+            answered = status["signal_sources"][f"llama-chat/{pool}"]
+            assert answered[latency] == "otlp" and answered["queue_depth"] == "prometheus"
+        spans = _get(f"{urls['simulator']}/status")["spans"]
+        assert spans["prefill"] > 0 and spans["decode"] > 0
         # Prometheus scrapes the controller's own metrics too.
         targets = _get(f"{urls['prometheus']}/api/v1/targets")["data"]["activeTargets"]
         assert {t["labels"]["job"] for t in targets} == {"simulator", "pdscale"}

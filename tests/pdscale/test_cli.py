@@ -236,6 +236,51 @@ def test_the_local_stack_is_rendered_by_a_pure_function(tmp_path: Path) -> None:
     assert targets == ["127.0.0.1:1001", "127.0.0.1:1004"]
     controller = dict((n, a) for n, a, _ in stack.commands)["controller"]  # type: ignore[attr-defined]
     assert "http://127.0.0.1:1001" in controller and "127.0.0.1:1004" in controller
+    # Without --otlp every signal is Prometheus' and the receiver is off.
+    assert local.controller.signal_sources.default == "prometheus"
+    assert not local.controller.signal_sources.signals and not local.controller.otlp.enabled
+    simulator = dict((n, a) for n, a, _ in stack.commands)["simulator"]  # type: ignore[attr-defined]
+    assert "--otlp-endpoint" not in simulator
+
+
+def test_up_otlp_points_the_pods_spans_at_the_controllers_receiver(tmp_path: Path) -> None:
+    """``pdscale up --otlp``: the simulator exports spans to the receiver's loopback port, and
+    the controller reads latency from them, everything else from Prometheus."""
+    import yaml
+
+    from pdscale._cli.up import SPAN_SIGNALS, local_spec, local_stack
+    from pdscale.spec import load_spec, parse_spec
+
+    spec = load_spec(ROOT / "examples" / "vllm.yaml")
+    ports = {"simulator": 1001, "prometheus": 1002, "alertmanager": 1003, "controller": 1004,
+             "otlp": 1005}
+    urls = {k: f"http://127.0.0.1:{v}" for k, v in ports.items()}
+    local = parse_spec(yaml.safe_dump(local_spec(spec, urls=urls, speed=10.0)))
+    assert local.controller.otlp.enabled and local.controller.otlp.http_port == 1005
+    assert local.controller.otlp.grpc_port == 0
+    sources = local.controller.signal_sources
+    assert sources.default == "prometheus" and set(sources.signals) == set(SPAN_SIGNALS)
+    assert {sources.source(s) for s in SPAN_SIGNALS} == {"otlp"}
+    stack = local_stack(spec, local, ports=ports, folder=tmp_path, rule_files=["r.yml"],
+                        binaries={"prometheus": "/bin/prom", "alertmanager": "/bin/am"},
+                        python="py", speed=10.0, duration_s=600.0, scale=1.0)
+    simulator = list(dict((n, a) for n, a, _ in stack.commands)["simulator"])
+    assert simulator[simulator.index("--otlp-endpoint") + 1] == \
+        "http://127.0.0.1:1005/v1/traces"
+
+
+def test_otlp_options_are_refused_where_nothing_exports_spans(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["up", "--engine", "dynamo", "--otlp", "--dir", str(tmp_path / "d")]) == 2
+    assert "--otlp applies to --engine sim only" in capsys.readouterr().err
+    example = str(ROOT / "examples" / "vllm.yaml")
+    assert main(["simulate", "--spec", example, "--otlp-endpoint",
+                 "http://127.0.0.1:4318/v1/traces", "--out", str(tmp_path / "s")]) == 2
+    assert "add --live" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["simulate", "--spec", example, "--live", "--otlp-endpoint", "127.0.0.1:4318",
+              "--out", str(tmp_path / "s")])
+    assert "expected an OTLP/HTTP URL" in capsys.readouterr().err
 
 
 def test_simulate_idle_before_starts_on_measured_idle_pools(tmp_path: Path) -> None:
