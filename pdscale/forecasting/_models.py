@@ -59,6 +59,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from pdscale.forecasting._series import SeriesError, regularize
+from pdscale.forecasting._trees import CompiledTrees, compile_trees
 
 __all__ = ["AutoForecaster", "ExponentialSmoothing", "LastValue", "QuantileGBForecaster",
            "SeasonalNaive"]
@@ -351,6 +352,28 @@ def _window_mean(values: FloatArray, window: int) -> FloatArray:
     return mean
 
 
+_DIRECT_MEANS = 512
+"""Steps up to which :func:`_window_mean_at` averages each window directly."""
+
+
+def _window_mean_at(values: FloatArray, window: int, idx: npt.NDArray[np.int64]) -> FloatArray:
+    """:func:`_window_mean` at the steps ``idx`` only: straight from their windows when they
+    are at most :data:`_DIRECT_MEANS` (a forecast's origins, and the day of past ones its
+    recalibration reads: each mean then depends on its own window alone, whatever else is
+    asked with it), through the running sums of the whole series otherwise (a fit's)."""
+    unique, inverse = np.unique(idx, return_inverse=True)
+    if len(unique) > _DIRECT_MEANS:
+        return _window_mean(values, window)[idx]
+    means = np.full(len(unique), np.nan)
+    for k, i in enumerate(unique.tolist()):
+        tail = values[max(0, i + 1 - window):i + 1]
+        tail = tail[np.isfinite(tail)]
+        if len(tail):
+            means[k] = tail.mean()
+    out: FloatArray = means[inverse]
+    return out
+
+
 def _conformal_quantile(values: FloatArray, q: float) -> float:
     """The split-conformal quantile of a sample: the ceil((m + 1) q)-th smallest of m values
     for an upper quantile (the largest when m is small), its mirror for a lower one."""
@@ -401,17 +424,16 @@ class QuantileGBForecaster(_Forecaster):
         it can explode, and it follows the level only over days."""
         res = float(self.resolution_s)
         hour = max(3, round(3600 / res))
-        size = np.abs(values)
-        scale = _window_mean(size, max(hour, round(_SCALE_S / res)))
+        scale = _window_mean_at(np.abs(values), max(hour, round(_SCALE_S / res)), origins)
         scale = np.where(np.isfinite(scale), np.fmax(scale, self.scale_floor_),
                          self.scale_floor_)
         idx = np.maximum.accumulate(np.where(np.isfinite(values), np.arange(len(values)), -1))
         seen = idx[origins]
         last = np.where(seen >= 0, values[np.maximum(seen, 0)], np.nan).astype(np.float64)
         age = np.where(seen >= 0, origins - seen, len(values)).astype(np.float64)
-        level = _window_mean(values, hour)[origins]
+        level = _window_mean_at(values, hour, origins)
         level = np.where(np.isfinite(level), level, last).astype(np.float64)
-        return last, scale[origins].astype(np.float64), age, level
+        return last, scale.astype(np.float64), age, level
 
     def _features(self, values: FloatArray, origins: npt.NDArray[np.int64],
                   horizons: npt.NDArray[np.int64], t0: float
@@ -423,11 +445,6 @@ class QuantileGBForecaster(_Forecaster):
         res = float(self.resolution_s)
         hour = max(3, round(3600 / res))
         half = max(1, hour // 2)
-        day_all = _window_mean(values, max(hour, round(DAY_S / res)))
-        level_all = _window_mean(values, hour)
-        sq = _window_mean(values ** 2, hour)
-        std_all = np.sqrt(np.maximum(sq - level_all ** 2, 0))
-        recent = _window_mean(values, half)
         observed = np.concatenate([[0.0], np.cumsum(np.isfinite(values))])
         filled = _forward_filled(values)
         lags = sorted({max(1, round(s / res)) for s in _LAG_SECONDS})
@@ -450,11 +467,15 @@ class QuantileGBForecaster(_Forecaster):
 
         lo = np.maximum(o + 1 - hour, 0)
         missing_share = 1 - (observed[o + 1] - observed[lo]) / (o + 1 - lo)
+        hour_mean = _window_mean_at(values, hour, o)
+        std = np.sqrt(np.maximum(_window_mean_at(values ** 2, hour, o) - hour_mean ** 2, 0))
+        day = _window_mean_at(values, max(hour, round(DAY_S / res)), o)
         cols = [h.astype(np.float64), last / scale, np.repeat(age_o, k), missing_share,
-                rel(level), rel(day_all[o]), std_all[o] / scale]
+                rel(level), rel(day), std / scale]
         cols += [rel(at(o - lag)) for lag in lags]
-        prev_half = np.where(o - half >= 0, recent[np.maximum(o - half, 0)], np.nan)
-        cols.append((recent[o] - prev_half) / scale)
+        prev_half = np.where(o - half >= 0,
+                             _window_mean_at(values, half, np.maximum(o - half, 0)), np.nan)
+        cols.append((_window_mean_at(values, half, o) - prev_half) / scale)
         for back in (period, 7 * period):
             target_back = o + h - back * np.ceil(h / back).astype(np.int64)
             seasonal = at(target_back)
@@ -504,6 +525,8 @@ class QuantileGBForecaster(_Forecaster):
         shape = (len(self.quantiles), len(horizons))
         self.trained_horizons_ = horizons
         self.models_: list[HistGradientBoostingRegressor] = []
+        self.compiled_: list[CompiledTrees | None] = []
+        """Each model's trees as arrays (``forecasting._trees``), None where not compiled."""
         self.past_rows_: dict[tuple[int, ...], dict[int, tuple[FloatArray, ...]]] = {}
         self.shift_ = np.zeros(shape)
         self.weight_ = np.zeros(shape)
@@ -637,6 +660,7 @@ class QuantileGBForecaster(_Forecaster):
                         if loss < best:
                             best, self.weight_[i, j], self.shift_[i, j] = loss, w, shift
             self.models_.append(model)
+            self.compiled_.append(compile_trees(model, X[use][-256:]))
         self.calibrated_ = bool(calibrate)
         self.cal_start_ = int((n - 1) * (1 - self.calibration))
         return True
@@ -657,7 +681,10 @@ class QuantileGBForecaster(_Forecaster):
         if self.models_:
             X, last, scale, level = self._features(values[offset:], origins - offset,
                                                    horizons, start)
-            trees = np.stack([m.predict(X[:, self.columns_]) for m in self.models_], axis=1)
+            X = X[:, self.columns_]
+            trees = np.stack([c.predict(X) if c is not None else m.predict(X)
+                              for m, c in zip(self.models_, self.compiled_, strict=True)],
+                             axis=1)
         else:
             last, scale, _, level = (np.repeat(a, len(horizons)) for a in
                                      self._base(values[offset:], origins - offset))
@@ -736,24 +763,28 @@ class QuantileGBForecaster(_Forecaster):
                 out[idx, j, i] = shift
         return out
 
-    def _past_relative(self, values: FloatArray, past: npt.NDArray[np.int64],
-                       horizons: npt.NDArray[np.int64]) -> tuple[FloatArray, ...]:
-        """:meth:`_relative` at the recalibration's ``past`` origins, each computed once per
-        fit: a past origin's features reach only back from it, over values already observed,
-        so what the fitted model said there does not change as new points arrive. Each
-        forecast then predicts its own origins, not a day of past ones again."""
+    def _relative_with_past(self, values: FloatArray, origins: npt.NDArray[np.int64],
+                            horizons: npt.NDArray[np.int64], past: npt.NDArray[np.int64]
+                            ) -> tuple[tuple[FloatArray, ...], tuple[FloatArray, ...]]:
+        """:meth:`_relative` at ``origins`` and at the recalibration's ``past`` origins, each
+        past one computed once per fit: a past origin's features reach only back from it, over
+        values already observed, so what the fitted model said there does not change as new
+        points arrive. The past origins not computed yet are predicted with ``origins``, in
+        one pass."""
         store = self.past_rows_.setdefault(tuple(int(h) for h in horizons), {})
         for origin in [o for o in store if o < past[0]]:
             del store[origin]
         missing = np.array([o for o in past.tolist() if o not in store], dtype=np.int64)
-        if len(missing):
-            k = len(horizons)
-            rel, last, scale = self._relative(values, missing, horizons)
-            for i, origin in enumerate(missing.tolist()):
-                rows = slice(i * k, (i + 1) * k)
-                store[origin] = (rel[rows], last[rows], scale[rows])
+        k = len(horizons)
+        rel, last, scale = self._relative(values, np.concatenate([origins, missing]),
+                                          horizons)
+        mine = len(origins) * k
+        for i, origin in enumerate(missing.tolist()):
+            rows = slice(mine + i * k, mine + (i + 1) * k)
+            store[origin] = (rel[rows], last[rows], scale[rows])
         parts = [store[o] for o in past.tolist()]
-        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+        return ((rel[:mine], last[:mine], scale[:mine]),
+                tuple(np.concatenate([p[i] for p in parts]) for i in range(3)))
 
     def _predict_origins(self, values: FloatArray, origins: npt.NDArray[np.int64],
                          horizons: npt.NDArray[np.int64]) -> FloatArray:
@@ -762,9 +793,9 @@ class QuantileGBForecaster(_Forecaster):
             rel, last, scale = self._relative(values, origins, horizons)
         else:
             past, length = plan
-            rel, last, scale = self._relative(values, origins, horizons)
-            shift = self._recalibration(values, origins, horizons, past, length,
-                                        *self._past_relative(values, past, horizons))
+            (rel, last, scale), at_past = self._relative_with_past(values, origins, horizons,
+                                                                   past)
+            shift = self._recalibration(values, origins, horizons, past, length, *at_past)
             rel = rel + shift.reshape(len(origins) * len(horizons), len(self.quantiles))
         # Additive on the last observation, in units of a scale that cannot approach zero.
         preds = last[:, None] + rel * scale[:, None]
