@@ -228,7 +228,7 @@ class PdscalePolicy:
         self._read_lengths(st, pool, service_prompt, notes)
         lead = self.lead_s(key)
         rising = self._trend(st, pool.data_time_s, demand, lead, notes)
-        demand += self._queue_growth(st, pool, notes)
+        demand += self._queue_growth(st, pool, hit, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
@@ -286,10 +286,12 @@ class PdscalePolicy:
         return ahead
 
     @staticmethod
-    def _queue_growth(st: PoolModelState, pool: PoolObservation, notes: list[str]) -> float:
+    def _queue_growth(st: PoolModelState, pool: PoolObservation, hit: float | None,
+                      notes: list[str]) -> float:
         """Arrivals the served rate does not show: a saturated pool's token counters count what
         it served, and the rest waits. Requests/s the queue grew by since the last reading,
-        in the demand's units (prompt tokens for prefill, output tokens for decode)."""
+        in the demand's units (the prompt tokens prefill computes, those the prefix cache does
+        not serve; output tokens for decode)."""
         queue = pool.signals.get(Signal.QUEUE_DEPTH)
         if queue is None or not math.isfinite(queue):
             st.queue_seen = None
@@ -299,7 +301,8 @@ class PdscalePolicy:
         if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
         per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
-        tokens = st.prompt() if pool.key[1] is Role.PREFILL else st.output()
+        tokens = max(1.0, uncached_prefill_demand(st.prompt(), hit)) \
+            if pool.key[1] is Role.PREFILL else st.output()
         notes.append(f"queue grew {queue - before[1]:.0f} in "
                      f"{pool.data_time_s - before[0]:.0f} s: {per_s:.3g} req/s more arrive "
                      "than are served")

@@ -55,6 +55,23 @@ def test_a_growing_backlog_is_sized_as_the_replicas_will_find_it() -> None:
     assert "waiting drain within" in grew.reasons[1]
 
 
+def test_a_growing_prefill_queue_counts_its_requests_once_whatever_the_cache_serves() -> None:
+    """The queue's growth adds requests, in the demand's units: the prompt tokens prefill
+    computes. With 80 % of every prompt served by the prefix cache, 100 more requests a
+    second are 100 more a second, not five times as many."""
+    def arrivals(hit: float) -> float:
+        policy = _policy()
+        for t, queue in ((0, 0.0), (15, 1500.0)):
+            obs = _obs(t, prompt=40_000.0, queue=(queue, 0.0))
+            obs.pools[KEY_P].signals[Signal.PREFIX_CACHE_HIT_RATIO] = hit
+            decision = policy.decide(obs)[KEY_P]
+        return float(decision.detail["arrival_rps"])
+
+    # 20 req/s served (40k prompt tokens/s of 2000-token prompts) and 100 req/s of growth
+    assert arrivals(0.0) == pytest.approx(120.0)
+    assert arrivals(0.8) == pytest.approx(120.0)
+
+
 def test_decode_is_sized_for_what_prefill_delivers() -> None:
     """A prefill burst reaches decode a prefill later: decode asks for it at once, before
     its own generated-token rate shows it."""
