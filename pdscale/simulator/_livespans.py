@@ -32,6 +32,10 @@ from pdscale.spec import Role
 
 __all__ = ["SpanExport"]
 
+_EXPORT_TIMEOUT_S = 2
+"""An export's deadline, its retries included: loopback answers in milliseconds, and a
+receiver that is gone holds a stopping simulator no longer than this (twice: the flush and
+the export thread's last batch)."""
 _MAX_QUEUE = 65536
 """Spans the batch processor holds before dropping (the SDK's default is 2048)."""
 
@@ -49,13 +53,15 @@ class SpanExport:
         self.namespace = namespace
         self.pod_prefix = pod_prefix
         self.speed = speed
+        self.exporter: Any = None
         if processor is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            processor = BatchSpanProcessor(
-                OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=5),
-                max_queue_size=_MAX_QUEUE, schedule_delay_millis=1000)
+            self.exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers,
+                                             timeout=_EXPORT_TIMEOUT_S)
+            processor = BatchSpanProcessor(self.exporter, max_queue_size=_MAX_QUEUE,
+                                           schedule_delay_millis=1000)
         self.processor = processor
         self._tracers: dict[str, Any] = {}
         n = len(sim.arrival)
@@ -133,6 +139,11 @@ class SpanExport:
             self.spans[Role.DECODE] += 1
 
     def close(self) -> None:
-        """Export what is queued (a few seconds at most) and stop the export thread."""
-        self.processor.force_flush(timeout_millis=5000)
+        """Export what is queued, then stop: each export gives up after its deadline (the
+        receiver may be gone already, as when ``pdscale down`` stops the controller first),
+        so a stopped simulator exits within its stop timeout; spans not sent by then are
+        dropped."""
+        self.processor.force_flush(timeout_millis=_EXPORT_TIMEOUT_S * 1000)
+        if self.exporter is not None:
+            self.exporter.shutdown()
         self.processor.shutdown()
