@@ -165,7 +165,8 @@ def _wait(base: str, until: Any, timeout_s: float = 30,
         if until(status):
             return status
         time.sleep(0.3)
-    raise AssertionError(json.dumps(status, indent=1)[:4000])
+    pools = status.get("pools", {})
+    raise AssertionError(json.dumps({"pools": pools, **status}, indent=1)[:6000])
 
 
 def test_before_any_span_the_pools_hold_on_missing_data(controller: dict[str, Any]) -> None:
@@ -189,8 +190,10 @@ def test_the_controller_scales_prefill_on_span_demand(controller: dict[str, Any]
     _export(transport, port, f"llama-chat-decode-{transport}-0",
             [Req(end_s=now - 0.5 - i * 0.01, ttft_s=0.2, decode_s=2.0, completion=201)
              for i in range(100)])
+    # Rates need one 30 s slot of receiving, and this is the module's first export: the
+    # controller may have started less than 30 s ago.
     status = _wait(controller["base"], lambda s: s["pools"]["llama-chat/prefill"]["desired"]
-                   > 1 and s["otlp"]["accepted_spans"] >= 1600)
+                   > 1 and s["otlp"]["accepted_spans"] >= 1600, timeout_s=60)
     prefill = status["pools"]["llama-chat/prefill"]
     assert prefill["cause"] != "degraded"
     answered = status["signal_sources"]["llama-chat/prefill"]
