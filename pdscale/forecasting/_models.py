@@ -467,15 +467,16 @@ class QuantileGBForecaster(_Forecaster):
 
         lo = np.maximum(o + 1 - hour, 0)
         missing_share = 1 - (observed[o + 1] - observed[lo]) / (o + 1 - lo)
-        hour_mean = _window_mean_at(values, hour, o)
-        std = np.sqrt(np.maximum(_window_mean_at(values ** 2, hour, o) - hour_mean ** 2, 0))
+        # ``level`` is the hour's mean where it has a value; where it has none, neither has
+        # the mean square, and the deviation is NaN either way.
+        std = np.sqrt(np.maximum(_window_mean_at(values ** 2, hour, o) - level ** 2, 0))
         day = _window_mean_at(values, max(hour, round(DAY_S / res)), o)
         cols = [h.astype(np.float64), last / scale, np.repeat(age_o, k), missing_share,
                 rel(level), rel(day), std / scale]
         cols += [rel(at(o - lag)) for lag in lags]
-        prev_half = np.where(o - half >= 0,
-                             _window_mean_at(values, half, np.maximum(o - half, 0)), np.nan)
-        cols.append((_window_mean_at(values, half, o) - prev_half) / scale)
+        halves = _window_mean_at(values, half, np.concatenate([o, np.maximum(o - half, 0)]))
+        prev_half = np.where(o - half >= 0, halves[len(o):], np.nan)
+        cols.append((halves[:len(o)] - prev_half) / scale)
         for back in (period, 7 * period):
             target_back = o + h - back * np.ceil(h / back).astype(np.int64)
             seasonal = at(target_back)
