@@ -209,6 +209,13 @@ class ServiceSpec(_Model):
     slo: SLOSpec
     """The latency SLOs the pools are sized and alerted for."""
     priority: float = Field(default=1.0, gt=0, description="Weight in the shared GPU budget")
+    routing: Literal["load_balanced", "prefix_aware"] = Field(
+        default="load_balanced", description="How prompts reach the prefill replicas: "
+        "load_balanced (round robin, least loaded, a Kubernetes Service; Dynamo's frontend "
+        "by default) sends a prompt to any replica, so prefix-cache hits fall as the pool "
+        "grows and pdscale sizes for that; prefix_aware (Dynamo's KV router, SGLang's "
+        "cache-aware router, llm-d's prefix scorer) sends it to the replica holding its "
+        "prefix, and the hits read are kept")
     dynamo: DynamoSettings | None = None
     """Dynamo only: the namespace and backend the frontend and workers register under."""
     pd_ratio: RatioBounds | None = Field(

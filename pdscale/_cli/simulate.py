@@ -266,16 +266,19 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--scale", type=POSITIVE, default=1.0)
     p.add_argument("--service", help="service of the spec (default: the first)")
-    p.add_argument("--router", default="least_loaded",
+    p.add_argument("--router",
                    choices=["least_loaded", "round_robin", "prefix"],
                    help="how prefill work reaches the workers: least_loaded, a shared queue "
                         "idle workers pull from; round_robin, each request to the next ready "
                         "worker's own queue (Dynamo's default --router-mode); prefix, to the "
-                        "worker holding most of its prefix (default: least_loaded; event mode "
+                        "worker holding most of its prefix (default: prefix where the spec's "
+                        "service has routing: prefix_aware, else least_loaded; event mode "
                         "only: fluid mode has no workers to route to)")
     p.add_argument("--start", type=NON_NEGATIVE, default=0.0, help="seconds into the trace")
     p.add_argument("--duration", type=POSITIVE, help="seconds of the trace to replay")
-    p.add_argument("--prefix-hit", type=FRACTION, help="fluid mode: assumed prefix hit rate")
+    p.add_argument("--prefix-hit", type=FRACTION,
+                   help="fluid mode: assumed prefix hit rate, the same at any replica count "
+                        "(as a prefix-aware router keeps it)")
     p.add_argument("--fail", action="append", type=failure, metavar="SECONDS:ROLE",
                    help="lose a replica of ROLE at SECONDS, from 0 up to (not including) "
                         "--duration or the trace's length (repeatable)")

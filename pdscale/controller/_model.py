@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -122,6 +122,8 @@ class PoolModelState:
     of now."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
+    prefix_aware: bool = False
+    """Whether the service's router sends a prompt to the replica holding its prefix."""
 
     def serving_at(self, t: float) -> tuple[int, int]:
         """(ready, draining) at ``t``: the last counts seen at or before it (before the first
@@ -156,7 +158,7 @@ class PdscalePolicy:
 
     def __init__(self, settings: ControllerSettings, profiles: Mapping[PoolKey, InstanceProfile],
                  slo_s: Mapping[PoolKey, float], cold_start_s: Mapping[PoolKey, float], *,
-                 forecasts: ForecastStage | None) -> None:
+                 forecasts: ForecastStage | None, prefix_aware: Collection[str] = ()) -> None:
         self.settings = settings
         self.tick_s = float(settings.tick)
         self.forecasts = forecasts
@@ -166,7 +168,8 @@ class PdscalePolicy:
         """Service -> its prompt tokens' index of dispersion over the mean prompt, as read by
         its prefill pool this tick (decode's variability)."""
         self.state = {key: PoolModelState(profile, slo_s[key],
-                                          ColdStartTracker(cold_start_s[key]))
+                                          ColdStartTracker(cold_start_s[key]),
+                                          prefix_aware=key[0] in prefix_aware)
                       for key, profile in profiles.items()}
 
     def lead_s(self, key: PoolKey) -> float:
@@ -337,12 +340,16 @@ class PdscalePolicy:
                          f"{OUTPUT_TOKENS_UNREAD:,.0f} output tokens assumed")
 
     def _prefill(self, st: PoolModelState, pool: PoolObservation, tokens_per_s: float,
-                 hit: float | None, correction: float) -> _Prefill:
-        """The prefill model's load: prompts/s from uncached tokens/s, the service time at the
-        profile's throughput for the mix, the variability from the tokens' dispersion."""
+                 hit: float | None, correction: float, hit_at: float | None = None
+                 ) -> _Prefill:
+        """The prefill model's load: prompts/s from uncached tokens/s (at the ``hit`` read),
+        the service time at the profile's throughput for the mix (at ``hit_at``, the hit
+        expected at the count sized for; default ``hit``), the variability from the tokens'
+        dispersion."""
         fallbacks = []
         prompt = st.prompt()
-        uncached = max(1.0, uncached_prefill_demand(prompt, hit))
+        arriving = max(1.0, uncached_prefill_demand(prompt, hit))
+        uncached = max(1.0, uncached_prefill_demand(prompt, hit if hit_at is None else hit_at))
         mean_sq = uncached**2 * (1 + float(self.settings.sizing.prompt_length_cv2))
         rate = st.profile.prefill_tokens_per_s(uncached, mean_sq) * correction
         dispersion = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
@@ -358,7 +365,7 @@ class PdscalePolicy:
         sigma = math.sqrt(math.log1p(cv2))
         at_quantile = uncached * math.exp(NormalDist().inv_cdf(SLO_QUANTILE) * sigma
                                           - sigma**2 / 2)
-        return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / uncached,
+        return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / arriving,
                                     mean_service_s=uncached / rate, service_cv2=0.0,
                                     arrival_cv2=variability, fixed_s=fixed,
                                     quantile=SLO_QUANTILE,
@@ -388,12 +395,7 @@ class PdscalePolicy:
         backlog = (queue or 0.0) + st.growth_rps * lead
         k = st.correction.value
         if key[1] is Role.PREFILL:
-            model = self._prefill(st, pool, load, hit, k)
-            notes.extend(model.rate_fallbacks)
-            # What prefill delivers to decode: its arrivals and its backlog drained over the lead.
-            self.service_rps[key[0]] = model.load.arrival_rps + backlog / lead
-            return prefill_replicas(model.load, st.slo_s, max_replicas=pool.replicas.max_replicas,
-                                    queued=backlog, drain_s=lead)
+            return self._prefill_sized(st, pool, load, hit, backlog, lead, notes)
         decode = self._decode(st, key[0], load, notes)
         prefilled = self.service_rps.get(key[0], 0.0)
         if prefilled > decode.arrival_rps:
@@ -402,6 +404,39 @@ class PdscalePolicy:
         return decode_replicas(decode, st.profile, st.slo_s * k,
                                max_replicas=pool.replicas.max_replicas, waiting=backlog,
                                drain_s=lead, kv_sequences=self._kv_sequences(st, pool, notes))
+
+    def _prefill_sized(self, st: PoolModelState, pool: PoolObservation, load: float,
+                       hit: float | None, backlog: float, lead: float, notes: list[str]
+                       ) -> Sized:
+        """Prefill's replicas at the prefix hits expected at that count. A load-balanced
+        router (round robin, least loaded) sends a prompt to any replica, and its cached
+        prefix is on the replicas that served it before: a hit ratio ``h`` read at ``r``
+        ready replicas is about ``h r / c`` at ``c > r`` (the new replicas' caches start
+        empty), so the count is the fixed point of sizing at the hits it implies. A
+        prefix-aware router keeps a prompt with its cache: the hits read hold."""
+        read_at = st.serving_at(pool.data_time_s)[0]
+        at, counted = hit, None
+        while True:
+            model = self._prefill(st, pool, load, hit, st.correction.value, at)
+            sized = prefill_replicas(model.load, st.slo_s,
+                                     max_replicas=pool.replicas.max_replicas,
+                                     queued=backlog, drain_s=lead)
+            if st.prefix_aware or not hit or read_at < 1 or sized.replicas <= read_at \
+                    or sized.replicas == counted:
+                break
+            counted = sized.replicas
+            at = hit * read_at / counted
+        notes.extend(model.rate_fallbacks)
+        # What prefill delivers to decode: its arrivals and its backlog drained over the lead.
+        self.service_rps[pool.key[0]] = model.load.arrival_rps + backlog / lead
+        if hit is None:
+            return sized
+        if at != hit:
+            notes.append(f"prefix hits {hit:.2f} read at {read_at} ready, {at:.2f} expected at "
+                         f"{sized.replicas}: load-balanced routing finds a prompt's cached "
+                         "prefix only where it was served before")
+        return replace(sized, terms={**sized.terms, "prefix_hit_read": hit,
+                                     "prefix_hit_sized": at or 0.0})
 
     def _kv_sequences(self, st: PoolModelState, pool: PoolObservation, notes: list[str]
                       ) -> float | None:

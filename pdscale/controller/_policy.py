@@ -3,8 +3,9 @@ build them.
 
 Every pool is sized by the queueing model (:class:`~controller._model.PdscalePolicy`,
 :mod:`controller._queueing`): its profile, its SLO (TTFT p95 for prefill, ITL p95 for decode)
-and its cold start (the pool's ``cold_start_p90_s``, or the caller's where it knows better,
-as the simulator does) are all it is given; the controller settings carry the rest.
+its cold start (the pool's ``cold_start_p90_s``, or the caller's where it knows better, as
+the simulator does) and its service's routing are all it is given; the controller settings
+carry the rest.
 """
 
 from __future__ import annotations
@@ -51,4 +52,6 @@ def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
     pools = _pools(spec, cold_start_s)
     return PdscalePolicy(spec.controller, {k: p for k, (p, _, _) in pools.items()},
                          {k: slo for k, (_, slo, _) in pools.items()},
-                         {k: cold for k, (_, _, cold) in pools.items()}, forecasts=forecasts)
+                         {k: cold for k, (_, _, cold) in pools.items()}, forecasts=forecasts,
+                         prefix_aware={svc.name for svc in spec.services
+                                       if svc.routing == "prefix_aware"})

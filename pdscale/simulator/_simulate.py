@@ -67,7 +67,9 @@ class SimOptions:
     seed: int = 0
     scale: float = 1.0
     service: str | None = None
-    router: Router = "least_loaded"
+    router: Router | None = None
+    """How prefill work reaches the workers (None: the service's routing, ``prefix`` where the
+    spec says ``prefix_aware``, else ``least_loaded``)."""
     start_s: float = 0.0
     duration_s: float | None = None
     skip_bad_rows: bool = False
@@ -157,6 +159,12 @@ def _policy(name: str, setup: SimSetup, plan: DemandPlan) -> Policy:
     raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}")
 
 
+def _router(service: ServiceSpec, options: SimOptions) -> Router:
+    if options.router is not None:
+        return options.router
+    return "prefix" if service.routing == "prefix_aware" else "least_loaded"
+
+
 def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int], *,
            tick_s: float) -> SimSetup:
     pools = {}
@@ -172,7 +180,7 @@ def _setup(service: ServiceSpec, options: SimOptions, initial: Mapping[Role, int
                                 cold_start_spread=pool.cold_start_spread)
     return SimSetup(service=service.name, prefill=pools[Role.PREFILL],
                     decode=pools[Role.DECODE], slo_ttft_s=service.slo.ttft_p95_s,
-                    slo_itl_s=service.slo.itl_p95_s, router=options.router,
+                    slo_itl_s=service.slo.itl_p95_s, router=_router(service, options),
                     tick_s=tick_s, failures=options.failures, seed=options.seed)
 
 
@@ -349,7 +357,7 @@ def prepare(spec: Spec, options: SimOptions) -> Prepared:
         "seed": options.seed,
         "scale": options.scale,
         "max_prompt_tokens": options.max_prompt_tokens,
-        "router": options.router,
+        "router": setup.router,
         "initial_replicas": {r.value: getattr(setup, r.value).initial_replicas for r in Role},
         "warmed_minutes": 0 if history is None else len(history[0]),
         "cold_start_s": {r.value: getattr(setup, r.value).cold_start_s for r in Role},

@@ -220,3 +220,35 @@ def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
         out = drained.decide(obs)[KEY_P]
     assert drained.state[KEY_P].correction.readings == 6
     assert drained.state[KEY_P].serving_at(15 * 7 - 30) == (3, 1)
+
+
+def _with_hits(policy: PdscalePolicy, prompt: float, hit: float, ready: int = 2) -> Any:
+    obs = _obs(0, prompt=prompt, ready=(ready, 2))
+    obs.pools[KEY_P].signals[Signal.PREFIX_CACHE_HIT_RATIO] = hit
+    return policy.decide(obs)[KEY_P]
+
+
+def test_load_balanced_routing_expects_fewer_prefix_hits_on_a_larger_pool() -> None:
+    """Hits of 0.8 read at 2 ready replicas: with a load-balanced router a prompt finds its
+    prefix on the replica it lands on about 2 times in c at c replicas, so a pool that must
+    grow is sized at those hits (more replicas than at 0.8); a prefix-aware router keeps a
+    prompt with its cache, and the hits read hold."""
+    balanced = _with_hits(_policy(), 500_000.0, 0.8)
+    aware_policy = _policy()
+    aware_policy.state[KEY_P].prefix_aware = True
+    aware = _with_hits(aware_policy, 500_000.0, 0.8)
+    c = balanced.desired_replicas
+    assert aware.desired_replicas > 2  # the pool must grow, whatever the router
+    assert c > aware.desired_replicas
+    assert balanced.detail["prefix_hit_sized"] == pytest.approx(0.8 * 2 / c)
+    assert aware.detail["prefix_hit_sized"] == pytest.approx(0.8)
+    assert any("expected at" in r for r in balanced.reasons)
+    # Both read the same arrivals: the hits change the work a prompt brings, not the prompts.
+    assert balanced.detail["arrival_rps"] == pytest.approx(aware.detail["arrival_rps"])
+
+
+def test_prefix_hits_read_hold_on_a_pool_that_does_not_grow() -> None:
+    """A load the ready replicas serve: no count beyond them, so no fall in hits to plan."""
+    quiet = _with_hits(_policy(), 2_000.0, 0.8, ready=4)
+    assert quiet.desired_replicas <= 4
+    assert quiet.detail["prefix_hit_sized"] == pytest.approx(0.8)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pdscale.controller import build_policy
 from pdscale.simulator import SimOptions, simulate
-from pdscale.spec import Role, parse_spec
+from pdscale.spec import Role, SpecError, parse_spec
 from tests.conftest import ROOT
 
 BASE = yaml.safe_load((ROOT / "examples" / "vllm.yaml").read_text())
@@ -195,3 +196,37 @@ def test_the_summary_counts_the_failures_that_happened(tmp_path) -> None:
     plain, _ = simulate(spec, SimOptions(policy="static", mode="event", trace=str(trace),
                                          duration_s=600.0))
     assert plain.summary["failures"] is None
+
+
+@pytest.mark.parametrize(("routing", "router"), [("load_balanced", "least_loaded"),
+                                                 ("prefix_aware", "prefix")])
+def test_the_simulated_router_is_the_one_the_spec_describes(routing: str, router: str) -> None:
+    """The controller sizes for the spec's routing; the simulator routes the same way unless
+    told otherwise, so the two agree on what the prefix cache serves."""
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["services"] = raw["services"][:1]
+    raw["services"][0]["routing"] = routing
+    spec = parse_spec(yaml.safe_dump(raw))
+    _, meta = simulate(spec, SimOptions(policy="static", mode="event", duration_s=120.0))
+    assert meta["router"] == router
+    _, told = simulate(spec, SimOptions(policy="static", mode="event", duration_s=120.0,
+                                        router="round_robin"))
+    assert told["router"] == "round_robin"
+
+
+def test_a_prefix_aware_service_keeps_its_hits_in_the_policy() -> None:
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["services"][0]["routing"] = "prefix_aware"
+    spec = parse_spec(yaml.safe_dump(raw))
+    policy = build_policy(spec, forecasts=None)
+    names = [svc.name for svc in spec.services]
+    aware = {key[0] for key, st in policy.state.items() if st.prefix_aware}
+    assert aware == {names[0]}
+    assert len(names) > 1  # and the other services stay load-balanced
+
+
+def test_an_unknown_routing_is_refused_with_the_choices() -> None:
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["services"][0]["routing"] = "kv"
+    with pytest.raises(SpecError, match=r"routing: .*load_balanced.*prefix_aware.*got .kv."):
+        parse_spec(yaml.safe_dump(raw))
