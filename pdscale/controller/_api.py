@@ -118,7 +118,7 @@ def _read_routes(app: FastAPI, controller: Controller) -> None:
         out = {f"{key[0]}/{key[1].value}": record.forecast.as_dict()
                for key, record in list(controller.reconciler.last.items())
                if record.forecast is not None}
-        return JSONResponse({"unit": {"prefill": "uncached prompt tokens/s",
+        return JSONResponse({"unit": {"prefill": "prompt tokens/s",
                                       "decode": "generated tokens/s"}, "pools": out})
 
 

@@ -19,7 +19,6 @@ from pdscale.controller._interface import (
     PoolReplicas,
 )
 from pdscale.controller._kube import KubeScaleActuator
-from pdscale.controller._perf import uncached_prefill_demand
 from pdscale.controller._reconciler import AdapterError, SourceResult
 from pdscale.controller._simbackend import SimBackend
 from pdscale.spec import Role, Spec
@@ -319,24 +318,18 @@ def _state(values: Mapping[Signal, SignalValue], role: Role, degraded: str | Non
 def warm_from_history(spec: Spec, reader: PrometheusReader, forecasts: ForecastStage, *,
                       now_s: float, history_s: float, step_s: float = 60.0
                       ) -> dict[PoolKey, int]:
-    """Feed each pool's forecaster its demand history (prefill: uncached prompt tokens/s;
-    decode: generated tokens/s), so a restarted controller forecasts at once. Returns the
-    points taken per pool. Prometheus errors propagate: the caller decides to go on cold."""
+    """Feed each pool's forecaster its demand history (prefill: prompt tokens/s; decode:
+    generated tokens/s), so a restarted controller forecasts at once. Returns the points
+    taken per pool. Prometheus errors propagate: the caller decides to go on cold."""
     start = now_s - history_s
     prompt = reader.history(spec, Signal.PROMPT_TOKENS_PER_S, start_s=start, end_s=now_s,
                             step_s=step_s)
-    hits = reader.history(spec, Signal.PREFIX_CACHE_HIT_RATIO, start_s=start, end_s=now_s,
-                          step_s=step_s)
     gen = reader.history(spec, Signal.GENERATION_TOKENS_PER_S, start_s=start, end_s=now_s,
                          step_s=step_s)
     taken: dict[PoolKey, int] = {}
     for key, (times, values) in prompt.items():
-        if key[1] is not Role.PREFILL:
-            continue
-        hit_at = dict(zip(*hits.get(key, ([], [])), strict=True))
-        uncached = [uncached_prefill_demand(v, hit_at.get(t))
-                    for t, v in zip(times, values, strict=True)]
-        taken[key] = forecasts.warm(key, times, uncached)
+        if key[1] is Role.PREFILL:
+            taken[key] = forecasts.warm(key, times, values)
     for key, (times, values) in gen.items():
         if key[1] is Role.DECODE:
             taken[key] = forecasts.warm(key, times, values)

@@ -123,7 +123,7 @@ class PoolForecast:
     horizons_s: tuple[float, ...]
     """Seconds ahead, one a resolution step, up to the lead."""
     quantiles: Mapping[float, tuple[float, ...]]
-    """Quantile -> demand per horizon (prefill: uncached prompt tokens/s; decode: generated
+    """Quantile -> demand per horizon (prefill: prompt tokens/s; decode: generated
     tokens/s)."""
     sized_quantile: float
     """The quantile the pool is sized for (the spec's ``scale_up_quantile``)."""

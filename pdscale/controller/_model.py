@@ -31,9 +31,9 @@ from pdscale.controller._observe import (
     DEMAND_SIGNAL,
     LATENCY_SIGNAL,
     ColdStartTracker,
-    _peak_demand,
     degraded_decision,
     forecast_for,
+    prefix_hits,
     usable_length,
 )
 from pdscale.controller._perf import uncached_prefill_demand
@@ -224,14 +224,11 @@ class PdscalePolicy:
         if demand is None or not math.isfinite(demand):
             return degraded_decision(key, pool, st.cold_start.p90_s)
         notes: list[str] = []
-        hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
-        if key[1] is Role.PREFILL:
-            computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
-            demand = computed if computed is not None else uncached_prefill_demand(demand, hit)
+        hit = prefix_hits(pool, demand) if key[1] is Role.PREFILL else None
         self._read_lengths(st, pool, service_prompt, notes)
         lead = self.lead_s(key)
         rising = self._trend(st, pool.data_time_s, demand, lead, notes)
-        demand += self._queue_growth(st, pool, hit, notes)
+        demand += self._queue_growth(st, pool, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
@@ -289,12 +286,10 @@ class PdscalePolicy:
         return ahead
 
     @staticmethod
-    def _queue_growth(st: PoolModelState, pool: PoolObservation, hit: float | None,
-                      notes: list[str]) -> float:
+    def _queue_growth(st: PoolModelState, pool: PoolObservation, notes: list[str]) -> float:
         """Arrivals the served rate does not show: a saturated pool's token counters count what
         it served, and the rest waits. Requests/s the queue grew by since the last reading,
-        in the demand's units (the prompt tokens prefill computes, those the prefix cache does
-        not serve; output tokens for decode)."""
+        in the demand's units (prompt tokens for prefill, output tokens for decode)."""
         queue = pool.signals.get(Signal.QUEUE_DEPTH)
         if queue is None or not math.isfinite(queue):
             st.queue_seen = None
@@ -304,8 +299,7 @@ class PdscalePolicy:
         if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
         per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
-        tokens = max(1.0, uncached_prefill_demand(st.prompt(), hit)) \
-            if pool.key[1] is Role.PREFILL else st.output()
+        tokens = st.prompt() if pool.key[1] is Role.PREFILL else st.output()
         notes.append(f"queue grew {queue - before[1]:.0f} in "
                      f"{pool.data_time_s - before[0]:.0f} s: {per_s:.3g} req/s more arrive "
                      "than are served")
@@ -317,8 +311,8 @@ class PdscalePolicy:
         lags a rise by minutes); the mean where it is unread."""
         if key[1] is not Role.PREFILL:
             return demand
-        peak = _peak_demand(pool, demand)
-        if peak is None:
+        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
+        if peak is None or not math.isfinite(peak):
             notes.append("peak minute unread: the 5-minute mean rate")
             return demand
         return peak
@@ -340,16 +334,13 @@ class PdscalePolicy:
                          f"{OUTPUT_TOKENS_UNREAD:,.0f} output tokens assumed")
 
     def _prefill(self, st: PoolModelState, pool: PoolObservation, tokens_per_s: float,
-                 hit: float | None, correction: float, hit_at: float | None = None
-                 ) -> _Prefill:
-        """The prefill model's load: prompts/s from uncached tokens/s (at the ``hit`` read),
-        the service time at the profile's throughput for the mix (at ``hit_at``, the hit
-        expected at the count sized for; default ``hit``), the variability from the tokens'
-        dispersion."""
+                 hit: float | None, correction: float) -> _Prefill:
+        """The prefill model's load: prompts/s from prompt tokens/s, the service time of their
+        uncached part (at prefix hits ``hit``) at the profile's throughput for the mix, the
+        variability from the tokens' dispersion."""
         fallbacks = []
         prompt = st.prompt()
-        arriving = max(1.0, uncached_prefill_demand(prompt, hit))
-        uncached = max(1.0, uncached_prefill_demand(prompt, hit if hit_at is None else hit_at))
+        uncached = max(1.0, uncached_prefill_demand(prompt, hit))
         mean_sq = uncached**2 * (1 + float(self.settings.sizing.prompt_length_cv2))
         rate = st.profile.prefill_tokens_per_s(uncached, mean_sq) * correction
         dispersion = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
@@ -365,7 +356,7 @@ class PdscalePolicy:
         sigma = math.sqrt(math.log1p(cv2))
         at_quantile = uncached * math.exp(NormalDist().inv_cdf(SLO_QUANTILE) * sigma
                                           - sigma**2 / 2)
-        return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / arriving,
+        return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / prompt,
                                     mean_service_s=uncached / rate, service_cv2=0.0,
                                     arrival_cv2=variability, fixed_s=fixed,
                                     quantile=SLO_QUANTILE,
@@ -417,7 +408,7 @@ class PdscalePolicy:
         read_at = st.serving_at(pool.data_time_s)[0]
         at, counted = hit, None
         while True:
-            model = self._prefill(st, pool, load, hit, st.correction.value, at)
+            model = self._prefill(st, pool, load, at, st.correction.value)
             sized = prefill_replicas(model.load, st.slo_s,
                                      max_replicas=pool.replicas.max_replicas,
                                      queued=backlog, drain_s=lead)

@@ -29,7 +29,7 @@ from pdscale.spec import Role
 from pdscale.telemetry import Signal
 
 __all__ = ["DEMAND_SIGNAL", "LATENCY_SIGNAL", "ColdStartTracker", "degraded_decision",
-           "forecast_for", "usable_length"]
+           "forecast_for", "prefix_hits", "usable_length"]
 
 DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
                  Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
@@ -81,24 +81,17 @@ class ColdStartTracker:
         return self._p90_cache[1]
 
 
-def _computed_share(pool: PoolObservation, demand: float) -> float | None:
-    """Prefill: the share of prompt tokens the pool computes itself (its demand over the prompt
-    tokens), which prompt-token signals are scaled by to the demand's units; None when the
-    prompt rate is unread or no prompt arrived."""
-    prompt = pool.signals.get(Signal.PROMPT_TOKENS_PER_S)
-    if prompt is None or prompt <= 0:
+def prefix_hits(pool: PoolObservation, prompt_tokens_per_s: float) -> float | None:
+    """Prefill: the share of prompt tokens its prefix cache served, the engine's hit ratio or,
+    where only the computed prompt tokens are counted, one minus their share of the prompt
+    tokens; None where neither is read (no hits are assumed)."""
+    hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
+    if hit is not None and math.isfinite(hit):
+        return min(1.0, max(0.0, hit))
+    computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
+    if computed is None or not math.isfinite(computed) or prompt_tokens_per_s <= 0:
         return None
-    return min(1.0, demand / prompt)
-
-
-def _peak_demand(pool: PoolObservation, demand: float) -> float | None:
-    """Prefill: the highest one-minute prompt-token rate within the rate window, in demand
-    units; None when either rate is unread or no prompt arrived."""
-    peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)
-    share = _computed_share(pool, demand)
-    if peak is None or share is None or not math.isfinite(peak):
-        return None
-    return peak * share
+    return min(1.0, max(0.0, 1 - computed / prompt_tokens_per_s))
 
 
 def forecast_for(forecasts: ForecastStage | None, key: PoolKey, now: float, lead: float,

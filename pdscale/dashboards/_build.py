@@ -391,7 +391,7 @@ def _autoscaler(spec: Spec) -> dash_b.Dashboard:
         (f"pdscale_observed_demand{_sel()}", "observed " + _POOL_LEGEND),
     ], "short", fill=0, description="Highest forecast over the pre-warm horizon (one cold "
                                     "start ahead) against the demand observed now: prefill in "
-                                    "uncached prompt tokens/s, decode in generated tokens/s. "
+                                    "prompt tokens/s, decode in generated tokens/s. "
                                     "The p90 is what pdscale sizes for."))
     b = b.with_panel(_timeseries("Cold start p90", [
         (f"pdscale_cold_start_p90_seconds{_sel()}", _POOL_LEGEND)], "s", width=8, fill=0))

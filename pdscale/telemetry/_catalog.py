@@ -292,7 +292,7 @@ _DEFS: tuple[SignalDef, ...] = (
     _d(Signal.FORECAST_DEMAND, "pdscale_forecast_demand", "short",
        "Forecast demand at the pre-warm horizon, by quantile", scope="control"),
     _d(Signal.OBSERVED_DEMAND, "pdscale_observed_demand", "short",
-       "Observed demand (prefill: uncached prompt tokens/s; decode: generated tokens/s)",
+       "Observed demand (prefill: prompt tokens/s; decode: generated tokens/s)",
        scope="control"),
     _d(Signal.COLD_START_P90_S, "pdscale_cold_start_p90_seconds", "s",
        "Learned 90th-percentile cold start", scope="control"),

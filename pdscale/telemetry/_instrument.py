@@ -134,7 +134,7 @@ class ControllerTelemetry:
             m,
             "pdscale_forecast_demand",
             description="Forecast demand per horizon (seconds ahead) and quantile; prefill in "
-                        "uncached prompt tokens/s, decode in generated tokens/s")
+                        "prompt tokens/s, decode in generated tokens/s")
         self.observed = _Gauge(m, "pdscale_observed_demand",
                                description="Demand the last decision saw")
         self.cold_start = _Gauge(m, "pdscale_cold_start_p90_seconds", unit="s",

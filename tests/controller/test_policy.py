@@ -285,33 +285,45 @@ def test_a_decision_carries_the_forecast_it_used_and_its_lead() -> None:
     assert off.forecast is None and "forecast: off" in off.reasons[0]
 
 
-def test_prefill_demand_is_the_engines_computed_tokens_where_exported() -> None:
-    """vLLM 0.34's prompt_tokens_by_source{source="local_compute"} is the exact prefill demand:
-    it replaces prompt tokens x (1 - hit), and its absence falls back to that estimate."""
-    hit = {"prefix_cache_hit_ratio": 0.25}
-    exported = _policy().decide(_obs(0, prompt=200_000.0, extra={
-        **hit, "prompt_tokens_computed_per_s": 50_000.0}))[KEY_P]
-    estimated = _policy().decide(_obs(0, prompt=200_000.0, extra=hit))[KEY_P]
-    assert exported.detail["demand"] == 50_000.0
-    assert estimated.detail["demand"] == pytest.approx(150_000.0)
-    assert exported.desired_replicas < estimated.desired_replicas
+def _prefix_aware() -> PdscalePolicy:
+    """A policy whose service routes by prefix: the hits read hold at any count."""
+    policy = _policy()
+    policy.state[KEY_P].prefix_aware = True
+    return policy
 
 
-def test_the_peak_minute_is_sized_in_the_units_the_pool_is_sized_in() -> None:
+def test_prefix_hits_are_the_engines_computed_tokens_where_the_ratio_is_unread() -> None:
+    """vLLM 0.34's prompt_tokens_by_source{source="local_compute"} gives the hits where the
+    hit ratio is unread: 50k of 200k prompt tokens computed is a hit ratio of 0.75. The
+    demand stays the prompt tokens (the prompts arriving); the hits shorten each one's
+    prefill."""
+    ratio = _prefix_aware().decide(_obs(0, prompt=200_000.0, extra={
+        "prefix_cache_hit_ratio": 0.75}))[KEY_P]
+    computed = _prefix_aware().decide(_obs(0, prompt=200_000.0, extra={
+        "prompt_tokens_computed_per_s": 50_000.0}))[KEY_P]
+    none = _prefix_aware().decide(_obs(0, prompt=200_000.0))[KEY_P]
+    for out in (ratio, computed, none):
+        assert out.detail["demand"] == 200_000.0
+    assert computed.detail["prefix_hit_read"] == pytest.approx(0.75)
+    assert computed.desired_replicas == ratio.desired_replicas < none.desired_replicas
+    assert "prefix_hit_read" not in none.detail
+
+
+def test_the_peak_minute_is_sized_in_prompt_tokens_and_the_hits_shorten_each_prompt() -> None:
     """A burst the 5-minute rate averages away sizes the pool through its busiest minute, in
-    the demand's units: the prompt tokens the pool computes itself (the engine's count where
-    exported, else prompt tokens x (1 - hit)), so a cached share is not sized for."""
+    prompt tokens as the demand is; a cached share shortens each prompt's prefill, so fewer
+    replicas serve the same burst."""
     seen = {}
     for label, extra in (("none", {"prompt_tokens_peak_per_s": None}), ("peak", {}),
                          ("cached", {"prefix_cache_hit_ratio": 0.5}),
                          ("computed", {"prompt_tokens_computed_per_s": 5_000.0})):
         peak = {} if label == "none" else {"prompt_tokens_peak_per_s": 400_000.0}
-        out = _policy().decide(_obs(0, prompt=20_000.0, extra={**peak, **extra}))[KEY_P]
+        out = _prefix_aware().decide(_obs(0, prompt=20_000.0, extra={**peak, **extra}))[KEY_P]
         seen[label] = (out.desired_replicas, out.detail["load"])
         assert any("peak minute unread" in r for r in out.reasons) is (label == "none")
-    assert seen["none"][1] == 20_000.0 and seen["peak"][1] == 400_000.0
-    assert seen["cached"][1] == pytest.approx(200_000.0)  # half of it served by the cache
-    assert seen["computed"][1] == pytest.approx(100_000.0)  # 5k of 20k computed: a quarter
+    assert seen["none"][1] == 20_000.0
+    assert seen["peak"][1] == seen["cached"][1] == seen["computed"][1] == 400_000.0
+    # 5k of 20k computed: a hit ratio of 0.75, more than the 0.5 read in "cached"
     assert seen["peak"][0] > seen["cached"][0] > seen["computed"][0] >= seen["none"][0], seen
 
 
