@@ -31,8 +31,8 @@ class SLOSpec(_Model):
     ttft_p95_s: float = Field(gt=0, description="Time to first token, 95th percentile, seconds")
     itl_p95_s: float = Field(gt=0, description="Inter-token latency, 95th percentile, seconds")
     objective: float = Field(
-        default=0.99, gt=0, lt=1, description="Share of requests that must meet both thresholds"
-    )
+        default=0.99, gt=0, lt=1, description="Share of requests that must meet both "
+        "thresholds; pdscale sizes each pool for its latency at this percentile")
     window: Duration = Field(default=30 * 86400, description="SLO compliance window")
 
     def threshold_s(self, kind: Literal["ttft", "itl"]) -> float:

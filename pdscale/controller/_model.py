@@ -57,8 +57,8 @@ OUTPUT_TOKENS_UNREAD = 200.0
 KV_SAMPLE_ERROR = 0.25
 """The relative standard error of the running sequences' mean context from which the KV cache's
 reading sets a decode replica's batch (fewer sequences in the pool: the profile's capacity)."""
-SLO_QUANTILE = 0.95
-"""The SLOs are 95th percentiles (``slo.ttft_p95_s``, ``slo.itl_p95_s``)."""
+READ_QUANTILE = 0.95
+"""The percentile of the latency readings the correction is learned from (TTFT and ITL p95)."""
 
 
 @dataclass
@@ -124,6 +124,9 @@ class PoolModelState:
     """The needs of the stabilisation window: the pool scales down to their highest."""
     prefix_aware: bool = False
     """Whether the service's router sends a prompt to the replica holding its prefix."""
+    objective: float = 0.99
+    """The share of requests the service's SLO wants within its thresholds: the percentile
+    the pool is sized at."""
 
     def serving_at(self, t: float) -> tuple[int, int]:
         """(ready, draining) at ``t``: the last counts seen at or before it (before the first
@@ -158,7 +161,8 @@ class PdscalePolicy:
 
     def __init__(self, settings: ControllerSettings, profiles: Mapping[PoolKey, InstanceProfile],
                  slo_s: Mapping[PoolKey, float], cold_start_s: Mapping[PoolKey, float], *,
-                 forecasts: ForecastStage | None, prefix_aware: Collection[str] = ()) -> None:
+                 forecasts: ForecastStage | None, prefix_aware: Collection[str] = (),
+                 objective: Mapping[str, float] | None = None) -> None:
         self.settings = settings
         self.tick_s = float(settings.tick)
         self.forecasts = forecasts
@@ -169,7 +173,8 @@ class PdscalePolicy:
         its prefill pool this tick (decode's variability)."""
         self.state = {key: PoolModelState(profile, slo_s[key],
                                           ColdStartTracker(cold_start_s[key]),
-                                          prefix_aware=key[0] in prefix_aware)
+                                          prefix_aware=key[0] in prefix_aware,
+                                          objective=(objective or {}).get(key[0], 0.99))
                       for key, profile in profiles.items()}
 
     def lead_s(self, key: PoolKey) -> float:
@@ -334,7 +339,7 @@ class PdscalePolicy:
                          f"{OUTPUT_TOKENS_UNREAD:,.0f} output tokens assumed")
 
     def _prefill(self, st: PoolModelState, pool: PoolObservation, tokens_per_s: float,
-                 hit: float | None, correction: float) -> _Prefill:
+                 hit: float | None, correction: float, quantile: float) -> _Prefill:
         """The prefill model's load: prompts/s from prompt tokens/s, the service time of their
         uncached part (at prefix hits ``hit``) at the profile's throughput for the mix, the
         variability from the tokens' dispersion."""
@@ -354,12 +359,12 @@ class PdscalePolicy:
         fixed = (st.profile.overhead_ms(prompt) + st.profile.kv_transfer_ms(prompt)) / 1000
         cv2 = float(self.settings.sizing.prompt_length_cv2)
         sigma = math.sqrt(math.log1p(cv2))
-        at_quantile = uncached * math.exp(NormalDist().inv_cdf(SLO_QUANTILE) * sigma
+        at_quantile = uncached * math.exp(NormalDist().inv_cdf(quantile) * sigma
                                           - sigma**2 / 2)
         return _Prefill(PrefillLoad(arrival_rps=tokens_per_s / prompt,
                                     mean_service_s=uncached / rate, service_cv2=0.0,
                                     arrival_cv2=variability, fixed_s=fixed,
-                                    quantile=SLO_QUANTILE,
+                                    quantile=quantile,
                                     service_quantile_s=st.profile.prefill_ms(at_quantile) / 1000
                                     / correction), tuple(fallbacks))
 
@@ -374,7 +379,7 @@ class PdscalePolicy:
             notes.append(f"dispersion unread: decode's variability {variability:g} assumed")
         return DecodeLoad(arrival_rps=tokens_per_s / output, mean_output_tokens=output,
                           mean_context_tokens=prompt + output / 2, arrival_cv2=variability,
-                          quantile=SLO_QUANTILE)
+                          quantile=st.objective)
 
     def _size(self, key: PoolKey, st: PoolModelState, pool: PoolObservation, load: float,
               hit: float | None, lead: float, notes: list[str]) -> Sized:
@@ -408,7 +413,7 @@ class PdscalePolicy:
         read_at = st.serving_at(pool.data_time_s)[0]
         at, counted = hit, None
         while True:
-            model = self._prefill(st, pool, load, at, st.correction.value)
+            model = self._prefill(st, pool, load, at, st.correction.value, st.objective)
             sized = prefill_replicas(model.load, st.slo_s,
                                      max_replicas=pool.replicas.max_replicas,
                                      queued=backlog, drain_s=lead)
@@ -478,7 +483,7 @@ class PdscalePolicy:
             return
         low, high = sizing.calibration_min, sizing.calibration_max
         if key[1] is Role.PREFILL:
-            base = self._prefill(st, pool, demand, hit, 1.0).load
+            base = self._prefill(st, pool, demand, hit, 1.0, READ_QUANTILE).load
 
             def predict(k: float) -> float:
                 return predicted_ttft_s(_corrected(base, k), ready)

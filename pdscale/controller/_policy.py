@@ -54,4 +54,5 @@ def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
                          {k: slo for k, (_, slo, _) in pools.items()},
                          {k: cold for k, (_, _, cold) in pools.items()}, forecasts=forecasts,
                          prefix_aware={svc.name for svc in spec.services
-                                       if svc.routing == "prefix_aware"})
+                                       if svc.routing == "prefix_aware"},
+                         objective={svc.name: svc.slo.objective for svc in spec.services})

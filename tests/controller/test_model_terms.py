@@ -5,6 +5,7 @@ and the quiet readings the correction learns from."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import pytest
@@ -252,3 +253,20 @@ def test_prefix_hits_read_hold_on_a_pool_that_does_not_grow() -> None:
     quiet = _with_hits(_policy(), 2_000.0, 0.8, ready=4)
     assert quiet.desired_replicas <= 4
     assert quiet.detail["prefix_hit_sized"] == pytest.approx(0.8)
+
+
+def test_the_pools_are_sized_at_the_slo_objective() -> None:
+    """The spec's objective is the share of requests within the thresholds: a pool is sized
+    for its latency at that percentile, so a stricter objective never asks fewer replicas,
+    and the correction is still learned from the p95 readings."""
+    def need(objective: float) -> tuple[int, int]:
+        policy = _policy()
+        for st in policy.state.values():
+            st.objective = objective
+        out = policy.decide(_obs(0, prompt=200_000.0, gen=20_000.0))
+        return out[KEY_P].desired_replicas, out[KEY_D].desired_replicas
+
+    needs = [need(q) for q in (0.9, 0.95, 0.99, 0.999)]
+    for looser, stricter in itertools.pairwise(needs):
+        assert stricter[0] >= looser[0] and stricter[1] >= looser[1]
+    assert needs[-1][0] > needs[0][0] and needs[-1][1] > needs[0][1]

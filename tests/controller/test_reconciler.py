@@ -79,7 +79,7 @@ def test_scales_up_with_load_and_records_reasons() -> None:
     assert report.decisions[P].detail["demand"] == 200_000
     assert report.decisions[P].detail["need"] == cluster.pools[P].desired
     reasons = next(said for key, _, said in cluster.writes if key == P)
-    assert any("predicted TTFT p95" in r for r in reasons)
+    assert any("predicted TTFT p99" in r for r in reasons)
     metrics = rec.telemetry.render().decode()
     assert 'pdscale_desired_replicas{' in metrics
     line = next(x for x in metrics.splitlines() if x.startswith("pdscale_desired_replicas{")

@@ -230,3 +230,14 @@ def test_an_unknown_routing_is_refused_with_the_choices() -> None:
     raw["services"][0]["routing"] = "kv"
     with pytest.raises(SpecError, match=r"routing: .*load_balanced.*prefix_aware.*got .kv."):
         parse_spec(yaml.safe_dump(raw))
+
+
+def test_each_service_is_sized_at_its_own_slo_objective() -> None:
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw["services"][0]["slo"]["objective"] = 0.95
+    spec = parse_spec(yaml.safe_dump(raw))
+    policy = build_policy(spec, forecasts=None)
+    for svc in spec.services:
+        for role in Role:
+            assert policy.state[(svc.name, role)].objective == svc.slo.objective
+    assert {st.objective for st in policy.state.values()} == {0.95, 0.99}
