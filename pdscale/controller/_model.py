@@ -122,6 +122,8 @@ class PoolModelState:
     of now."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The needs of the stabilisation window: the pool scales down to their highest."""
+    kv_readings: deque[tuple[float, float, float]] = field(default_factory=deque)
+    """(data time, running sequences, replicas' worth of KV they use) over the rate window."""
     prefix_aware: bool = False
     """Whether the service's router sends a prompt to the replica holding its prefix."""
     objective: float = 0.99
@@ -436,27 +438,32 @@ class PdscalePolicy:
 
     def _kv_sequences(self, st: PoolModelState, pool: PoolObservation, notes: list[str]
                       ) -> float | None:
-        """The sequences one replica's KV cache holds at the running mix: running sequences
-        over the cache's used share, per replica serving when they were read; None (the
-        profile's capacity) where either is unread, or where too few run for their mean
-        context to tell the mix's: with contexts as varied as the prompts (squared coefficient
-        of variation ``prompt_length_cv2``), the mean of ``n`` has a relative standard error
-        of ``sqrt(cv2 / n)``, and it is used from a quarter on (16 running sequences in the
-        pool at cv2 = 1)."""
+        """The sequences one replica's KV cache holds at the running mix: the running
+        sequences over the replicas' worth of cache they use, summed over the rate window's
+        readings (one reading of a few long contexts says little of the mix's); None (the
+        profile's capacity) where unread, or where too few ran for their mean context to
+        tell the mix's: with contexts as varied as the prompts (squared coefficient of
+        variation ``prompt_length_cv2``), the mean of ``n`` has a relative standard error of
+        ``sqrt(cv2 / n)``, and it is used from a quarter on (16 sequences at cv2 = 1)."""
         running = pool.signals.get(Signal.RUNNING_REQUESTS)
         usage = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
         replicas = sum(st.serving_at(pool.data_time_s))  # draining ones hold sequences too
         if running is None or usage is None or not math.isfinite(usage) or replicas < 1:
             notes.append("KV usage unread: the profile's KV capacity")
             return None
+        if usage > 0 and running > 0:
+            st.kv_readings.append((pool.data_time_s, running, usage * replicas))
+        while st.kv_readings and st.kv_readings[0][0] <= pool.data_time_s - RATE_WINDOW_S:
+            st.kv_readings.popleft()
+        sequences = sum(r for _, r, _ in st.kv_readings)
         enough = float(self.settings.sizing.prompt_length_cv2) / KV_SAMPLE_ERROR**2
-        if usage <= 0 or running < max(replicas, enough):
-            if usage > 0 and running >= replicas:
-                notes.append(f"KV usage read over {running:.0f} sequences: too few to tell "
+        if sequences < enough:
+            if sequences > 0:
+                notes.append(f"KV usage read over {sequences:.0f} sequences: too few to tell "
                              f"the mix's context (from {enough:.0f}), the profile's KV "
                              "capacity")
             return None
-        return running / replicas / usage
+        return sequences / sum(u for _, _, u in st.kv_readings)
 
     def _calibrate(self, key: PoolKey, st: PoolModelState, pool: PoolObservation,
                    demand: float, hit: float | None, notes: list[str]) -> None:

@@ -270,3 +270,21 @@ def test_the_pools_are_sized_at_the_slo_objective() -> None:
     for looser, stricter in itertools.pairwise(needs):
         assert stricter[0] >= looser[0] and stricter[1] >= looser[1]
     assert needs[-1][0] > needs[0][0] and needs[-1][1] > needs[0][1]
+
+
+def test_the_kv_batch_is_read_over_the_window_not_one_reading() -> None:
+    """Readings of a few long contexts swing the KV each sequence holds from tick to tick:
+    the batch is the window's running sequences over the cache they used, so it stands
+    between the readings and one full reading does not set it alone."""
+    policy = _policy()
+    batches = []
+    for i, usage in enumerate((0.2, 0.8) * 6):
+        out = policy.decide(_obs(15 * i, gen=40_000.0, prompt=10_000.0, decode={
+            "running_requests": 40.0, "kv_cache_usage_ratio": usage}))[KEY_D]
+        batches.append(out.detail["batch"])
+    alone = _policy().decide(_obs(0, gen=40_000.0, prompt=10_000.0, decode={
+        "running_requests": 40.0, "kv_cache_usage_ratio": 0.8}))[KEY_D].detail["batch"]
+    # 40 sequences on 2 replicas using 0.2 and 0.8 of their caches in turn: 40 / (0.5 x 2)
+    # after an even count of readings, 42 after an odd one (one more at 0.2)
+    assert batches[-1] == 40 and batches[-2] == 42
+    assert alone == 25 < min(batches[-4:])
