@@ -196,6 +196,13 @@ class Runner:
                         self.cache[row["key"]] = row["row"]
         self.lock = threading.Lock()
 
+    def close(self) -> None:
+        """Stop the worker processes (before exit: a pool left to the interpreter's exit
+        hooks can fail to wake its manager thread)."""
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+
     def map(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         todo = [j for j in jobs if _key(j) not in self.cache]
         futures = {_key(j): (self.pool.submit(_run, j) if self.pool else None) for j in todo}
@@ -551,7 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     if runner.cache:
         print(f"reusing {len(runner.cache)} finished runs from {journal.name} "
               "(--fresh to start over)", file=sys.stderr)
-    result = run_suite(scenarios, seeds, cold_starts, args.traces, runner, policies)
+    try:
+        result = run_suite(scenarios, seeds, cold_starts, args.traces, runner, policies)
+    finally:
+        runner.close()
     wall_min = (time.perf_counter() - started) / 60
     summary = summarise(result, scenarios, seeds, cold_starts)
     meta = {"tier": args.tier, "seeds": seeds, "cold_starts": cold_starts, "jobs": args.jobs,
