@@ -133,8 +133,10 @@ class PoolModelState:
     def serving_at(self, t: float) -> tuple[int, int]:
         """(ready, draining) at ``t``: the last counts seen at or before it (before the first
         look, what it saw: a reading from before it started was made by what ran)."""
-        at = [(r, d) for seen, r, d in self.serving if seen <= t]
-        return at[-1] if at else self.serving[0][1:] if self.serving else (0, 0)
+        for seen, r, d in reversed(self.serving):
+            if seen <= t:
+                return r, d
+        return self.serving[0][1:] if self.serving else (0, 0)
 
     def serving_changed(self, start: float, end: float) -> bool:
         """Whether replicas joined, began draining or left between ``start`` and ``end``."""
