@@ -184,7 +184,8 @@ def test_replayer_measures_ttft_and_itl(make_stack: Any, service: ServiceSpec) -
                     options=ReplayOptions(duration_s=4.0, max_rps=10),
                     replicas=stack.replica_counts)
     s = result.summary
-    assert s["requests"] == s["finished"] == 12 and s["errors"] == 0
+    failed = [(r.index, r.error) for r in result.requests if not r.finished]
+    assert s["requests"] == s["finished"] == 12 and s["errors"] == 0, failed
     assert s["prompt_token_mismatches"] == 0 and s["output_tokens"] == 12 * 30
     # The mocker's prefill (~17 ms for 300 tokens) plus the frontend's overhead; its decode
     # steps of a few milliseconds.
