@@ -25,7 +25,7 @@ from pdscale._cli import (
     up,
     validate,
 )
-from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_OK
+from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK
 
 __all__ = ["build_parser", "main"]
 
@@ -83,4 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return EXIT_OK
+    except KeyboardInterrupt:
+        # The long commands report Ctrl-C themselves; one that reaches here (a command
+        # without its own handler, or the signal landing as a command returns) still exits
+        # 130 without a traceback.
+        return EXIT_INTERRUPTED
     return code
