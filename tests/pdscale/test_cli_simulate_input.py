@@ -369,3 +369,23 @@ def test_ctrl_c_during_demo_prints_one_line_and_exits_130(tmp_path: Path) -> Non
     assert proc.returncode == 130, rest
     assert rest.strip().splitlines()[-1] == "pdscale: interrupted; nothing written", rest
     assert "Traceback" not in rest and not out.exists()
+
+
+def test_exit_130_after_an_interrupt_raised_inside_exec() -> None:
+    """CPython 3.11 ends a process by SIGINT once a KeyboardInterrupt was raised inside
+    ``exec`` of a string (as ``dataclasses`` does while a module imports), caught or not: the
+    entry point still exits 130, with the command's message flushed."""
+    program = ("import sys\n"
+               "import pdscale.cli as cli\n"
+               "def main():\n"
+               "    try:\n"
+               "        exec('raise KeyboardInterrupt')\n"
+               "    except KeyboardInterrupt:\n"
+               "        print('pdscale: interrupted; nothing written', file=sys.stderr)\n"
+               "        return 130\n"
+               "cli.main = main\n"
+               "cli.run()\n")
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, check=False)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "pdscale: interrupted; nothing written\n"
