@@ -81,20 +81,41 @@ class Correction:
 def _solve(predict: Callable[[float], float], observed: float, low: float,
            high: float) -> float:
     """The correction in [low, high] at which ``predict(k)`` (falling as k grows) equals
-    ``observed``, by bisection in log space; the end nearest when the observation lies
+    ``observed``, by regula falsi on the logs of both (the Illinois variant, which keeps the
+    root bracketed and converges in a few predictions; bisection where a correction leaves
+    the queue unstable), to within 2e-5 in log k; the end nearest when the observation lies
     beyond what any correction in the range predicts."""
-    if predict(low) <= observed:
+    target = math.log(observed)
+
+    def f(x: float) -> float:  # falls as x grows; its root is the correction's log
+        return math.log(predict(math.exp(x))) - target
+
+    a, b = math.log(low), math.log(high)
+    fa, fb = f(a), f(b)
+    if fa <= 0:
         return low  # slower than even the lowest correction predicts
-    if predict(high) >= observed:
+    if fb >= 0:
         return high
-    lo, hi = math.log(low), math.log(high)
-    for _ in range(16):  # to within 2e-5 of the range in log space
-        mid = (lo + hi) / 2
-        if predict(math.exp(mid)) > observed:
-            lo = mid
+    kept = 0  # the end kept twice in a row has its value halved (Illinois)
+    for _ in range(60):
+        # Where the queue is unstable the prediction is infinite: halve the bracket there.
+        x = (a * fb - b * fa) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
+        fx = f(x)
+        if fx == 0 or b - a < 2e-5:
+            return math.exp(x)
+        if fx > 0:
+            a, fa = x, fx
+            if kept == 1:
+                fb /= 2
+            kept = 1
         else:
-            hi = mid
-    return math.exp((lo + hi) / 2)
+            b, fb = x, fx
+            if kept == -1:
+                fa /= 2
+            kept = -1
+        if abs(fx) < 1e-9:
+            return math.exp(x)
+    return math.exp((a + b) / 2)
 
 
 @dataclass

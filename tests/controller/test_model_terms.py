@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any
 
 import pytest
 
 from pdscale.controller import Observation, PoolObservation, PoolReplicas, load_profile
-from pdscale.controller._model import PdscalePolicy
+from pdscale.controller._model import PdscalePolicy, _corrected, _solve
+from pdscale.controller._queueing import PrefillLoad, predicted_ttft_s
 from pdscale.spec import ControllerSettings, Role
 from pdscale.telemetry import Signal
 
@@ -288,3 +290,38 @@ def test_the_kv_batch_is_read_over_the_window_not_one_reading() -> None:
     # after an even count of readings, 42 after an odd one (one more at 0.2)
     assert batches[-1] == 40 and batches[-2] == 42
     assert alone == 25 < min(batches[-4:])
+
+
+@pytest.mark.parametrize("ready,true_k,fixed,busy", [
+    (1, 1.0, 0.0, 0.8), (3, 0.9, 0.05, 0.8), (8, 1.7, 0.2, 0.8), (20, 1.99, 0.1, 0.8),
+    (2, 0.51, 0.0, 0.3), (3, 0.6, 0.05, 0.3)])
+def test_the_correction_solved_reproduces_the_latency_read(ready: int, true_k: float,
+                                                           fixed: float, busy: float) -> None:
+    """The correction at which the model predicts the TTFT read is found to 2e-5 in log,
+    also where low corrections leave the queue unstable (an infinite prediction), in fewer
+    predictions than bisection's 18. ``busy``: the utilisation at a correction of 1."""
+    load = PrefillLoad(arrival_rps=busy * ready / 0.2, mean_service_s=0.2, service_cv2=0.0,
+                       arrival_cv2=2.0, fixed_s=fixed, quantile=0.95,
+                       service_quantile_s=0.5)
+    calls: list[float] = []
+
+    def predict(k: float) -> float:
+        calls.append(k)
+        return predicted_ttft_s(_corrected(load, k), ready)
+
+    observed = predict(true_k)
+    calls.clear()
+    assert math.isinf(predict(0.5)) == (busy > 0.5)  # the queue unstable at the low end
+    calls.clear()
+    k = _solve(predict, observed, 0.5, 2.0)
+    assert abs(math.log(k / true_k)) < 2e-5
+    assert len(calls) < 18
+
+
+def test_a_latency_beyond_the_range_gives_the_nearest_end() -> None:
+    def predict(k: float) -> float:
+        return 1.0 / k
+
+    assert _solve(predict, 10.0, 0.5, 2.0) == 0.5  # slower than the lowest correction
+    assert _solve(predict, 0.1, 0.5, 2.0) == 2.0
+    assert _solve(predict, 1.0, 0.5, 2.0) == pytest.approx(1.0, rel=1e-4)
