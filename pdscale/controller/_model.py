@@ -123,6 +123,9 @@ class PoolModelState:
     profile: InstanceProfile
     slo_s: float
     cold_start: ColdStartTracker
+    objective: float
+    """The share of requests the service's SLO wants within its thresholds: the percentile
+    the pool is sized at."""
     correction: Correction = field(default_factory=Correction)
     prompt_tokens: float | None = None
     output_tokens: float | None = None
@@ -147,9 +150,6 @@ class PoolModelState:
     """(data time, running sequences, replicas' worth of KV they use) over the rate window."""
     prefix_aware: bool = False
     """Whether the service's router sends a prompt to the replica holding its prefix."""
-    objective: float = 0.99
-    """The share of requests the service's SLO wants within its thresholds: the percentile
-    the pool is sized at."""
 
     def serving_at(self, t: float) -> tuple[int, int]:
         """(ready, draining) at ``t``: the last counts seen at or before it (before the first
@@ -186,8 +186,10 @@ class PdscalePolicy:
 
     def __init__(self, settings: ControllerSettings, profiles: Mapping[PoolKey, InstanceProfile],
                  slo_s: Mapping[PoolKey, float], cold_start_s: Mapping[PoolKey, float], *,
-                 forecasts: ForecastStage | None, prefix_aware: Collection[str] = (),
-                 objective: Mapping[str, float] | None = None) -> None:
+                 forecasts: ForecastStage | None, objective: Mapping[str, float],
+                 prefix_aware: Collection[str] = ()) -> None:
+        """``objective``: each service's SLO objective (``slo.objective``), the percentile
+        its pools are sized at."""
         self.settings = settings
         self.tick_s = float(settings.tick)
         self.forecasts = forecasts
@@ -197,9 +199,8 @@ class PdscalePolicy:
         """Service -> its prompt tokens' index of dispersion over the mean prompt, as read by
         its prefill pool this tick (decode's variability)."""
         self.state = {key: PoolModelState(profile, slo_s[key],
-                                          ColdStartTracker(cold_start_s[key]),
-                                          prefix_aware=key[0] in prefix_aware,
-                                          objective=(objective or {}).get(key[0], 0.99))
+                                          ColdStartTracker(cold_start_s[key]), objective[key[0]],
+                                          prefix_aware=key[0] in prefix_aware)
                       for key, profile in profiles.items()}
 
     def lead_s(self, key: PoolKey) -> float:

@@ -30,7 +30,8 @@ KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
 def _policy(*, forecasts: ForecastStage | None = None, **kw: Any) -> PdscalePolicy:
     settings = ControllerSettings(**kw)
     return PdscalePolicy(settings, {KEY_P: H100, KEY_D: H100}, {KEY_P: 0.5, KEY_D: 0.05},
-                          {KEY_P: 60.0, KEY_D: 60.0}, forecasts=forecasts)
+                          {KEY_P: 60.0, KEY_D: 60.0}, forecasts=forecasts,
+                         objective={"svc": 0.99})
 
 
 def _obs(now: float, *, prompt: float | None = 40_000.0, gen: float | None = 3_000.0,
