@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from pdscale._cron import Cron, CronError
 from pdscale._regex import regex_examples
 from pdscale._spec_checks import (
     _cross_field_problems,
@@ -82,6 +83,8 @@ __all__ = [
     "AlertSettings",
     "AlertThresholds",
     "ControllerSettings",
+    "Cron",
+    "CronError",
     "DashboardSettings",
     "DrainSettings",
     "DynamoHistogram",

@@ -66,13 +66,14 @@ def _progress(total: int) -> Any:
 
 
 def _cmd_load(args: argparse.Namespace) -> int:
-    from pdscale.simulator._replay import (
+    from pdscale.simulator import (
         ReplayError,
         ReplayOptions,
+        TraceError,
+        load_trace,
         replay,
         vocabulary_from_model,
     )
-    from pdscale.simulator._trace import TraceError, load_trace
     from pdscale.spec import Role, SpecError, load_spec
 
     folder = Path(args.dir)
@@ -129,7 +130,12 @@ def _cmd_load(args: argparse.Namespace) -> int:
         err(f"cannot read the stack's model in {folder / 'dynamo' / 'model'} ({exc}): restart "
             "the stack")
         return EXIT_FAILURE
-    s = result.summary
+    _report(result.summary)
+    return _write(args.out, result.files()) if args.out else EXIT_OK
+
+
+def _report(s: dict[str, Any]) -> None:
+    """The replay's summary, as ``pdscale load`` prints it."""
     for note in s["notes"]:
         print(f"note: {note}")
     print(f"{s['requests']} requests, {s['finished']} finished, {s['errors']} failed; SLO "
@@ -142,16 +148,18 @@ def _cmd_load(args: argparse.Namespace) -> int:
                                       f"{p['peak_replicas']})" for role, p in pools.items()))
     if s["errors"]:
         print("errors: " + ", ".join(f"{k} x{n}" for k, n in s["error_kinds"].items()))
-    if args.out:
-        out = Path(args.out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            for name, text in result.files().items():
-                (out / name).write_text(text)
-        except OSError as exc:
-            err(f"cannot write {out} ({exc.strerror}); choose an --out you can write to")
-            return EXIT_FAILURE
-        print(f"wrote {out}/summary.json and requests.jsonl")
+
+
+def _write(where: str, files: dict[str, str]) -> int:
+    out = Path(where)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+    except OSError as exc:
+        err(f"cannot write {out} ({exc.strerror}); choose an --out you can write to")
+        return EXIT_FAILURE
+    print(f"wrote {out}/summary.json and requests.jsonl")
     return EXIT_OK
 
 

@@ -85,26 +85,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     refusal = controller.expose(host, allow_unauthenticated=args.allow_unauthenticated_webhook)
     if refusal:
         print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
-    otlp_note = ""
-    if controller.otlp_receiver is not None:
-        o = spec.controller.otlp
-        otlp_host = args.otlp_host or host
-        http_port = o.http_port if args.otlp_http_port is None else args.otlp_http_port
-        grpc_port = o.grpc_port if args.otlp_grpc_port is None else args.otlp_grpc_port
-        for what, otlp_port in (("OTLP/HTTP", http_port), ("OTLP/gRPC", grpc_port)):
-            busy = _port_busy(otlp_host, otlp_port) if otlp_port else None
-            if busy:
-                err(f"cannot listen on {otlp_host}:{otlp_port} for {what}: {busy}; pass "
-                    f"--otlp-{'http' if 'HTTP' in what else 'grpc'}-port with a free port "
-                    "(0 turns it off)")
-                return EXIT_BAD_INPUT
-        refusal = controller.expose_otlp(otlp_host, http_port=http_port, grpc_port=grpc_port,
-                                         allow_unauthenticated=args.allow_unauthenticated_otlp)
-        if refusal:
-            print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
-        otlp_note = "; OTLP on " + ", ".join(
-            f"{name} {otlp_host}:{p}" for name, p in (("http", http_port),
-                                                       ("grpc", grpc_port)) if p)
+    otlp_note = _expose_otlp(args, spec, controller, host)
+    if otlp_note is None:
+        return EXIT_BAD_INPUT
     mode = "dry run" if controller.reconciler.dry_run else spec.controller.mode
     print(f"pdscale: controlling {sum(len(s.pools) for s in spec.services)} pool(s) of "
           f"{len(spec.services)} service(s) ({mode}); Prometheus {reader.url}{otlp_note}; API on "
@@ -119,6 +102,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         supervise.set()
     print("pdscale: stopped" + (f" ({stopped_by})" if stopped_by else ""), file=sys.stderr)
     return EXIT_OK
+
+
+def _expose_otlp(args: argparse.Namespace, spec: Any, controller: Any, host: str
+                 ) -> str | None:
+    """Start the controller's OTLP receiver where the spec has one: the note for the start-up
+    line ("" without a receiver), None (after saying why) when a port is taken."""
+    if controller.otlp_receiver is None:
+        return ""
+    o = spec.controller.otlp
+    otlp_host = args.otlp_host or host
+    http_port = o.http_port if args.otlp_http_port is None else args.otlp_http_port
+    grpc_port = o.grpc_port if args.otlp_grpc_port is None else args.otlp_grpc_port
+    for what, otlp_port in (("OTLP/HTTP", http_port), ("OTLP/gRPC", grpc_port)):
+        busy = _port_busy(otlp_host, otlp_port) if otlp_port else None
+        if busy:
+            err(f"cannot listen on {otlp_host}:{otlp_port} for {what}: {busy}; pass "
+                f"--otlp-{'http' if 'HTTP' in what else 'grpc'}-port with a free port "
+                "(0 turns it off)")
+            return None
+    refusal = controller.expose_otlp(otlp_host, http_port=http_port, grpc_port=grpc_port,
+                                     allow_unauthenticated=args.allow_unauthenticated_otlp)
+    if refusal:
+        print(f"pdscale: warning: {refusal}", file=sys.stderr, flush=True)
+    return "; OTLP on " + ", ".join(f"{name} {otlp_host}:{p}" for name, p in
+                                     (("http", http_port), ("grpc", grpc_port)) if p)
 
 
 def register(sub: Any) -> None:

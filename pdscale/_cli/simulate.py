@@ -134,12 +134,10 @@ def _simulate(args: argparse.Namespace) -> int:
     return write_output(args.out, result_files(result, plots=not args.no_plots), report)
 
 
-def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from pdscale._cli.run import _port_busy
-    from pdscale._io import OutputError, write_tree
+def _live_world(spec: Spec, options: object, args: argparse.Namespace
+                ) -> tuple[Any, Any, Any] | None:
+    """The event world the live cluster serves, with the controller attached: (prepared
+    run, world, cluster); None after saying why the trace or the spec cannot be run."""
     from pdscale.simulator import (
         EventWorld,
         LiveCluster,
@@ -148,11 +146,38 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
         TraceError,
         attach_reconciler,
         prepare,
-        result_files,
-        serve_live,
     )
 
     assert isinstance(options, SimOptions)
+    try:
+        prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
+    except (TraceError, ProfileError, KeyError, ValueError) as exc:
+        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return None
+    assert prepared.trace is not None
+    world = EventWorld(prepared.setup, prepared.trace,
+                       observation_delay_s=options.observation_delay_s,
+                       idle_before=options.idle_before)
+    attach_reconciler(world, prepared.policy, spec=prepared.spec,
+                      forecasts=prepared.forecasts)
+    try:
+        cluster = LiveCluster.for_service(world.sim, spec.service(prepared.setup.service),
+                                          speed=args.speed)
+    except ValueError as exc:
+        err(str(exc))
+        return None
+    if args.otlp_endpoint:
+        cluster.export_spans(args.otlp_endpoint)
+    return prepared, world, cluster
+
+
+def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pdscale._cli.run import _port_busy
+    from pdscale._io import OutputError, write_tree
+    from pdscale.simulator import result_files, serve_live
 
     def cannot_listen(why: str) -> int:
         err(f"cannot listen on {args.host}:{args.port}: {why}; stop what holds the port or "
@@ -162,26 +187,11 @@ def _run_live(spec: Spec, options: object, args: argparse.Namespace) -> int:
     busy = _port_busy(args.host, args.port)  # before the trace loads: fail at once
     if busy:
         return cannot_listen(busy)
-    try:
-        prepared = prepare(spec, SimOptions(**{**options.__dict__, "mode": "event"}))
-    except (TraceError, ProfileError, KeyError, ValueError) as exc:
-        err(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+    live = _live_world(spec, options, args)
+    if live is None:
         return EXIT_BAD_INPUT
-    assert prepared.trace is not None
-    service = spec.service(prepared.setup.service)
-    world = EventWorld(prepared.setup, prepared.trace,
-                       observation_delay_s=options.observation_delay_s,
-                       idle_before=options.idle_before)
-    attach_reconciler(world, prepared.policy, spec=prepared.spec,
-                      forecasts=prepared.forecasts)
+    prepared, world, cluster = live
     sim = world.sim
-    try:
-        cluster = LiveCluster.for_service(sim, service, speed=args.speed)
-    except ValueError as exc:
-        err(str(exc))
-        return EXIT_BAD_INPUT
-    if args.otlp_endpoint:
-        cluster.export_spans(args.otlp_endpoint)
     stop = threading.Event()
     # Ctrl-C or SIGTERM ends the run, whose results are then written (and a second Ctrl-C
     # while they are cannot cut the write short); the handlers are put back on return.

@@ -87,8 +87,7 @@ def _kept(done: list[str]) -> str:
 
 
 def _fetch_epilog() -> str:
-    from pdscale.simulator import PUBLIC_TRACES, TRACES_ENV
-    from pdscale.simulator._tracedir import BASE_URL_ENV
+    from pdscale.simulator import BASE_URL_ENV, PUBLIC_TRACES, TRACES_ENV
 
     lines = ["traces (name (licence): summary; source repository : path; files written):"]
     for trace in PUBLIC_TRACES.values():

@@ -348,8 +348,6 @@ def _misused(args: argparse.Namespace) -> str | None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    import json
-
     import yaml
 
     from pdscale._servers import find_binary, free_port, write_rule_files
@@ -417,8 +415,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
     started = _start(stack, folder)
     if started is None:
         return EXIT_FAILURE
+    if not _save_state(started, folder):
+        return EXIT_FAILURE
+    _announce(stack.urls, speed, folder)
+    return EXIT_OK
+
+
+def _save_state(started: Any, folder: Path) -> bool:
+    """Write the started parts' PIDs to up.json, whole or not at all (``down`` needs every
+    PID); when it cannot be written, stop them and say why."""
+    import json
+
     state_file = folder / "up.json"
-    try:  # whole or not at all: `down` needs every PID
+    try:
         (folder / "up.json.tmp").write_text(json.dumps({"processes": started}, indent=2)
                                             + "\n")
         (folder / "up.json.tmp").replace(state_file)
@@ -427,8 +436,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
         err(f"cannot write {state_file} ({exc.strerror}), so `pdscale down` could not find "
             "the stack: it was stopped. Free some space or fix the folder's permissions, then "
             "run pdscale up again")
-        return EXIT_FAILURE
-    url = stack.urls
+        return False
+    return True
+
+
+def _announce(url: Mapping[str, str], speed: float, folder: Path) -> None:
     print(f"pdscale up: a local stack on loopback (x{speed:g} simulated time), "
           f"state in {folder}/")
     print(f"  simulator    {url['simulator']}/metrics  /status  POST /scale")
@@ -443,7 +455,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"parts and their PIDs: pdscale up --status --dir {folder}; restart one: "
           f"pdscale up --restart controller --dir {folder}")
     print(f"stop it with: pdscale down --dir {folder}")
-    return EXIT_OK
 
 
 def print_logs(folder: Path, names: Sequence[str], workers: Path | None = None) -> None:

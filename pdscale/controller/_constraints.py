@@ -28,7 +28,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from pdscale._cron import Cron
 from pdscale.controller._interface import (
     Cause,
     Observation,
@@ -37,7 +36,7 @@ from pdscale.controller._interface import (
     PoolKey,
     PoolObservation,
 )
-from pdscale.spec import PlannedFloor, Role, Spec
+from pdscale.spec import Cron, PlannedFloor, Role, Spec
 from pdscale.telemetry import Signal
 
 __all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints"]

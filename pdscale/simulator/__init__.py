@@ -37,6 +37,7 @@ from pdscale.simulator._policies import (
     demand_plan,
     size_for_peak,
 )
+from pdscale.simulator._replay import ReplayError, ReplayOptions, replay, vocabulary_from_model
 from pdscale.simulator._runner import EventWorld, attach_reconciler, run_event
 from pdscale.simulator._simulate import (
     POLICIES,
@@ -57,6 +58,7 @@ from pdscale.simulator._trace import (
     trace_stats,
 )
 from pdscale.simulator._tracedir import (
+    BASE_URL_ENV,
     PUBLIC_TRACES,
     TRACES_ENV,
     PublicTrace,
@@ -112,6 +114,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ATTAINMENT_TARGET",
+    "BASE_URL_ENV",
     "CEILING_MARGIN",
     "DYNAMO_VERSION",
     "FORMATS",
@@ -135,6 +138,8 @@ __all__ = [
     "ProfileError",
     "PublicTrace",
     "ReactivePolicy",
+    "ReplayError",
+    "ReplayOptions",
     "SimClock",
     "SimOptions",
     "SimResult",
@@ -164,6 +169,7 @@ __all__ = [
     "load_profile",
     "load_trace",
     "prepare",
+    "replay",
     "resolve_trace",
     "result_files",
     "run_event",
@@ -177,5 +183,6 @@ __all__ = [
     "synthetic_trace",
     "trace_stats",
     "traces_dir",
+    "vocabulary_from_model",
     "world_for",
 ]
