@@ -74,7 +74,8 @@ PUBLIC = {
                   "TraceFile", "TraceUnavailable", "default_traces_dir", "fetch_trace",
                   "resolve_trace", "traces_dir", "ATTAINMENT_TARGET", "CEILING_MARGIN",
                   "GENEROUS", "BestFixed", "best_fixed", "fixed_in_hindsight",
-                  "search_best_fixed"],
+                  "search_best_fixed", "BASE_URL_ENV", "ReplayError", "ReplayOptions",
+                  "replay", "vocabulary_from_model"],
 }
 
 

@@ -39,7 +39,7 @@ from pdscale.controller._interface import (
 from pdscale.spec import Cron, PlannedFloor, Role, Spec
 from pdscale.telemetry import Signal
 
-__all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints"]
+__all__ = ["ConstrainedPolicy", "Constraints", "apply_constraints", "hold_degraded"]
 
 _LATENCY = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
 
@@ -267,3 +267,22 @@ class ConstrainedPolicy:
 
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
         return apply_constraints(self.inner.decide(observation), observation, self.constraints)
+
+
+def hold_degraded(decisions: dict[PoolKey, PoolDecision], observation: Observation) -> None:
+    """A pool whose data is degraded (targets down, samples old) is never scaled down,
+    whatever the policy read: its signals may be low because part of the pool went unseen."""
+    for key, d in list(decisions.items()):
+        pool = observation.pools.get(key)
+        if pool is None or pool.degraded is None:
+            continue
+        held = max(pool.replicas.desired, pool.replicas.active)
+        if d.desired_replicas < held:
+            decisions[key] = replace(
+                d, desired_replicas=held, cause=Cause.DEGRADED,
+                reasons=(*d.reasons, f"degraded: {pool.degraded}; holding {held} replicas, "
+                                     "no scale-down"),
+                detail={**d.detail, "degraded": pool.degraded, "held": held})
+        elif pool.degraded not in " ".join(d.reasons):
+            decisions[key] = replace(d, reasons=(*d.reasons, f"degraded: {pool.degraded}"),
+                                     detail={**d.detail, "degraded": pool.degraded})
