@@ -16,6 +16,7 @@ from pdscale._cli import (
     catalog,
     check,
     demo,
+    down,
     forecast,
     load,
     reference,
@@ -29,7 +30,8 @@ from pdscale._cli._common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (validate, check, catalog, forecast, trace, simulate, reference, demo, up, load, run)
+COMMANDS = (validate, check, catalog, forecast, trace, simulate, reference, demo, up, down, load,
+            run)
 """The command modules, in the order ``pdscale --help`` lists them."""
 
 _DESCRIPTION = """\
