@@ -52,7 +52,6 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,6 +75,7 @@ from pdscale.controller._host import (
 from pdscale.controller._interface import PoolKey
 from pdscale.controller._kube import KubeRejected, ScaleStatus
 from pdscale.controller._reconciler import Clock, SystemClock
+from pdscale.controller._workers import WorkerInfo, _key_text, _Loss, _Pool, _Worker
 from pdscale.telemetry import PodWork
 
 __all__ = [
@@ -102,78 +102,8 @@ log = logging.getLogger("pdscale.controller")
 _LAUNCHER = "import os,sys,time;time.sleep(float(sys.argv[1]));os.execvp(sys.argv[2],sys.argv[2:])"
 
 
-Phase = Literal["starting", "ready", "draining"]
-
 _WARNING_EVENTS = frozenset({"WorkerExited", "WorkerKilled"})
 """Events a person should see at the default log level: work was lost or cut."""
-
-
-@dataclass
-class _Worker:
-    name: str
-    pid: int
-    port: int
-    created_s: float
-    start_ticks: int | None
-    handle: ProcessHandle | None
-    """None for a worker adopted from a state file (not our child)."""
-    phase: Phase = "starting"
-    healthy: bool = False
-    terminated_s: float | None = None
-    killed: bool = False
-
-    @property
-    def index(self) -> int:
-        """n of ``<prefix>-<n>``: creation order among workers created at the same time."""
-        tail = self.name.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else -1
-
-    def exit_code(self) -> int | None:
-        """The exit status once it exited (-1 when unknown), None while it runs."""
-        if self.handle is not None:
-            return self.handle.poll()
-        return None if is_ours(self.pid, self.start_ticks) else -1
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    name: str
-    pid: int
-    port: int
-    phase: Phase
-    healthy: bool
-    created_s: float
-
-
-@dataclass
-class _Loss:
-    """A worker that exited without being asked to, and what replaces it."""
-
-    name: str
-    pid: int
-    status: int | None
-    phase: Phase
-    """What it was doing when it exited."""
-    at_s: float
-    replaced_by: str | None = None
-
-
-@dataclass
-class _Pool:
-    template: WorkerTemplate
-    desired: int = 0
-    workers: list[_Worker] = field(default_factory=list)
-    next_index: int = 0
-    crashes: int = 0
-    """Workers in a row that exited before they were ever ready (crash-loop back-off)."""
-    losses: deque[_Loss] = field(default_factory=lambda: deque(maxlen=20))
-    """The latest workers that exited unasked (``/v1/status``)."""
-    replaces: dict[str, str] = field(default_factory=dict)
-    """A replacement's name -> the worker it replaces, until it is ready."""
-
-
-def _key_text(key: PoolKey) -> str:
-    return f"{key[0]}/{key[1].value}"
 
 
 class ProcessActuator:
