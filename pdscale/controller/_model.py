@@ -101,7 +101,7 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
         # Where the queue is unstable the prediction is infinite: halve the bracket there.
         x = (a * fb - b * fa) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
         fx = f(x)
-        if fx == 0 or b - a < 2e-5:
+        if abs(fx) < 1e-9 or b - a < 2e-5:
             return math.exp(x)
         if fx > 0:
             a, fa = x, fx
@@ -113,8 +113,6 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
             if kept == -1:
                 fa /= 2
             kept = -1
-        if abs(fx) < 1e-9:
-            return math.exp(x)
     return math.exp((a + b) / 2)
 
 
