@@ -4,8 +4,9 @@
 
 Functions over 80 lines and modules over 600 lines in pdscale/controller/, pdscale/simulator/
 and pdscale/'s own modules; `from pdscale.<part>._private import` across parts outside a part's
-own __init__. The capacity arithmetic written once is a test (tests/controller/test_perf.py).
-Prints a table and writes bench/results/structure.json.
+own __init__; the decision core (the modules that size a pool) under 700 lines, docstrings
+included, with no function over 60. The capacity arithmetic written once is a test
+(tests/controller/test_perf.py). Prints a table and writes bench/results/structure.json.
 """
 
 from __future__ import annotations
@@ -14,11 +15,40 @@ import ast
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZED = ("controller", "simulator", "pdscale")
 SUBPACKAGES = ("telemetry", "forecasting", "controller", "alerts", "dashboards", "simulator")
 """pdscale's parts; a module of pdscale/ outside them belongs to the part called pdscale."""
+CORE = ("_model", "_queueing", "_observe", "_policy")
+"""The decision core, in pdscale/controller/: the policy, the queueing model, what a decision
+reads, and the policy built from a spec."""
+CORE_LINES, CORE_FUNCTION_LINES = 700, 60
+
+
+def _functions(tree: ast.AST, longer_than: int) -> list[tuple[int, str, int]]:
+    """(line, name, lines) of the functions over ``longer_than`` lines."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > longer_than:
+                out.append((node.lineno, node.name, lines))
+    return out
+
+
+def core(root: Path = ROOT) -> dict[str, Any]:
+    """The decision core's size: its lines, docstrings included, and its long functions."""
+    lines, long_functions = 0, []
+    for name in CORE:
+        path = root / "pdscale" / "controller" / f"{name}.py"
+        text = path.read_text()
+        lines += text.count("\n")
+        long_functions += [f"{path.relative_to(root).as_posix()}:{at} {fn} ({n})"
+                           for at, fn, n in _functions(ast.parse(text), CORE_FUNCTION_LINES)]
+    return {"modules": [f"pdscale/controller/{n}.py" for n in CORE], "lines": lines,
+            "functions_over_60_lines": long_functions}
 
 
 def _part(module: list[str]) -> str:
@@ -36,11 +66,7 @@ def measure(root: Path = ROOT) -> dict[str, list[str]]:
         if package in SIZED:
             if text.count("\n") > 600:
                 long_modules.append(f"{rel} ({text.count(chr(10))} lines)")
-            for node in ast.walk(tree):
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                    if lines > 80:
-                        long_functions.append(f"{rel}:{node.lineno} {node.name} ({lines})")
+            long_functions += [f"{rel}:{at} {fn} ({n})" for at, fn, n in _functions(tree, 80)]
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
                 parts = node.module.split(".")
@@ -58,9 +84,16 @@ def main() -> int:
         print(f"{name:<36}{len(items):>6}")
         for item in items:
             print(f"    {item}")
+    decision = core()
+    print(f"{'decision core lines':<36}{decision['lines']:>6}  (target under {CORE_LINES})")
+    for item in decision["functions_over_60_lines"]:
+        print(f"    {item}")
     out = ROOT / "bench" / "results" / "structure.json"
-    out.write_text(json.dumps({"bench": "structure", **found,
-                               "targets": {k: 0 for k in found}}, indent=2) + "\n")
+    out.write_text(json.dumps({"bench": "structure", **found, "decision_core": decision,
+                               "targets": {**{k: 0 for k in found},
+                                           "decision_core_lines": CORE_LINES,
+                                           "decision_core_functions_over_60_lines": 0}},
+                              indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     return 0
 

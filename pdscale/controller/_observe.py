@@ -29,11 +29,16 @@ from pdscale.spec import Role
 from pdscale.telemetry import Signal
 
 __all__ = ["DEMAND_SIGNAL", "LATENCY_SIGNAL", "ColdStartTracker", "degraded_decision",
-           "forecast_for", "prefix_hits", "usable_length"]
+           "finite", "forecast_for", "prefix_hits", "usable_length"]
 
 DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
                  Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
 LATENCY_SIGNAL = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
+
+
+def finite(reading: float | None) -> TypeGuard[float]:
+    """A reading that is present and finite (a ratio of empty counters reads NaN)."""
+    return reading is not None and math.isfinite(reading)
 
 
 def usable_length(reading: float | None) -> TypeGuard[float]:

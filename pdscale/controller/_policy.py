@@ -1,12 +1,7 @@
-"""pdscale's policy and forecast stage, built from a spec as ``pdscale run`` and the simulator
-build them.
-
-Every pool is sized by the queueing model (:class:`~controller._model.PdscalePolicy`,
-:mod:`controller._queueing`): its profile, its SLO (TTFT p95 for prefill, ITL p95 for decode)
-its cold start (the pool's ``cold_start_p90_s``, or the caller's where it knows better, as
-the simulator does) and its service's routing are all it is given; the controller settings
-carry the rest.
-"""
+"""pdscale's policy and forecast stage built from a spec, as ``pdscale run`` and the simulator
+build them: each pool's profile, SLO (TTFT p95 for prefill, ITL p95 for decode), cold start
+(``cold_start_p90_s``, or the caller's where it knows better, as the simulator does) and its
+service's routing; the controller settings carry the rest."""
 
 from __future__ import annotations
 
@@ -24,16 +19,11 @@ __all__ = ["build_forecasts", "build_policy"]
 def _pools(spec: Spec, cold_start_s: Mapping[PoolKey, float] | None
            ) -> dict[PoolKey, tuple[InstanceProfile, float, float]]:
     """Each pool's profile, SLO and cold start p90."""
-    out: dict[PoolKey, tuple[InstanceProfile, float, float]] = {}
-    for svc in spec.services:
-        for role, pool in svc.pools.items():
-            key = (svc.name, role)
-            slo = svc.slo.ttft_p95_s if role is Role.PREFILL else svc.slo.itl_p95_s
-            cold = pool.cold_start_p90_s
-            if cold_start_s and key in cold_start_s:
-                cold = cold_start_s[key]
-            out[key] = (load_profile(pool.profile), slo, cold)
-    return out
+    return {(svc.name, role): (
+        load_profile(pool.profile),
+        svc.slo.ttft_p95_s if role is Role.PREFILL else svc.slo.itl_p95_s,
+        (cold_start_s or {}).get((svc.name, role), pool.cold_start_p90_s))
+        for svc in spec.services for role, pool in svc.pools.items()}
 
 
 def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None = None
@@ -46,9 +36,8 @@ def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None 
 
 def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
                  cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
-    """pdscale's policy for every pool of the spec, configured by its ``controller``
-    section; ``forecasts`` (from :func:`build_forecasts`, None: size on the current demand)
-    is the stage the reconcile loop refits."""
+    """pdscale's policy for every pool of the spec; ``forecasts`` (from
+    :func:`build_forecasts`; None: size on the current demand) is the stage the loop refits."""
     pools = _pools(spec, cold_start_s)
     return PdscalePolicy(spec.controller, {k: p for k, (p, _, _) in pools.items()},
                          {k: slo for k, (_, slo, _) in pools.items()},

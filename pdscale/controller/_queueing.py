@@ -1,40 +1,21 @@
-"""The sizing model: a pool's replicas from a queueing model an operator can follow on paper.
+"""The sizing model: a pool's replicas from a queueing model an operator can follow on paper
+(docs/sizing.md gives the equations with their sources, a worked example and the limits).
 
-**Prefill** is a multi-server queue (M/G/c). Prompts arrive at ``lambda`` requests/s with
-squared coefficient of variation ``ca2`` (1 for Poisson arrivals; burstier traffic more); a
-replica prefills a prompt of the length mix in ``E[S] = E[L] / r`` seconds, ``r`` the
-profile's saturated throughput for the mix times the pool's learned correction, with
-``cs2 = Var(L) / E[L]^2``. With ``a = lambda E[S]`` offered load and ``c`` replicas:
+**Prefill** is an M/G/c queue: prompts at ``lambda``/s, each ``E[S]`` s of a replica's work
+(the profile's throughput for the length mix times the pool's correction), ``a = lambda E[S]``
+replicas busy. A prompt waits with probability Erlang C, ``C(c, a)``, and then about
+exponentially with Allen-Cunneen's mean ``(ca2 + cs2) / 2 / (c / E[S] - lambda)``, so the
+SLO percentile's TTFT is ``max(0, ln(C / (1 - q))) x that mean + S_q + t0``: ``S_q`` the
+prefill of the percentile's prompt (lognormal lengths), ``t0`` overhead and KV transfer.
+The pool needs the fewest ``c`` that meets the SLO.
 
-* the probability that a prompt waits is Erlang C, ``C(c, a)``;
-* given that it waits, its wait is close to exponential with mean
-  ``(ca2 + cs2) / 2 / (c / E[S] - lambda)`` (Allen-Cunneen's correction of the M/M/c wait for
-  general arrivals and service), so the wait's q-quantile is
-  ``w_q = max(0, ln(C / (1 - q))) x (ca2 + cs2) / 2 / (c / E[S] - lambda)``;
-* the predicted TTFT at the SLO's percentile is ``w_q + S_q + t0``: ``S_q`` the prefill
-  time of the prompt at the length mix's percentile (lengths lognormal with the mix's mean
-  and ``cs2``), ``t0`` the profile's fixed overhead and KV transfer for a mean prompt. Adding
-  two percentiles overstates the sum's a little; the pool's correction takes that back.
+**Decode** holds ``N = lambda E[O] t_step`` running sequences (Little's law), their
+percentile ``N + z_q sqrt(N v)`` (``v`` the arriving prompt tokens' dispersion over the mean
+prompt), in batches of the largest ``B`` whose step meets the ITL SLO and whose KV fits:
+``ceil(N_q / B)`` replicas.
 
-The pool needs the fewest ``c`` whose predicted TTFT meets the SLO. Allen-Cunneen is exact
-for M/M/c and within a few per cent of simulation for moderate variability (Allen 1990,
-*Probability, Statistics and Queueing Theory*, 2nd ed., section 6.3; Whitt 1993); the
-pool's correction absorbs what the model misses (chunked prefill sharing a replica, a long
-tail of prompt lengths).
-
-**Decode** holds running sequences. By Little's law ``N = lambda x E[O] x t_step`` sequences
-run at once (each holds a batch slot for its output tokens at one step a token); their count,
-and the KV their contexts hold, is close to normal with variance ``N x v``, ``v`` the arriving
-prompt tokens' index of dispersion over the mean prompt (1 for Poisson arrivals of one length,
-as for M/G/inf), so the SLO's percentile is ``N_q = N + z_q sqrt(N v)``. One replica runs the
-largest batch ``B`` whose step time at the mean context meets the ITL SLO and whose KV fits the
-cache (the profile's operating point), so the pool needs ``ceil(N_q / B)`` replicas.
-
-**A backlog** is sized in one decision: ``Q`` prompts waiting drain within ``H`` seconds when
-``c >= a + Q E[S] / H`` (each replica beyond the offered load drains ``1 / E[S]`` prompts a
-second). ``H`` is the TTFT SLO, or the pool's lead where that is longer: replicas asked now
-are ready only after it, so no count drains the queue sooner. For decode, ``W`` waiting
-sequences add ``W E[O] t_step / H`` running ones (each holds a slot for its output).
+**A backlog** of ``Q`` prompts drains within ``H`` (the SLO, or the lead where longer) at
+``c >= a + Q E[S] / H``; ``W`` sequences waiting for decode add ``W E[O] t_step / H``.
 """
 
 from __future__ import annotations
@@ -144,22 +125,18 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     horizon = max(slo_s, drain_s or 0.0)
     drain = math.ceil(a + queued * load.mean_service_s / horizon) if queued > 0 else 0
     floor_s = ttft_floor_s(load)
-    c = max(1, math.floor(a) + 1 if a > 0 else 1)
-    while c < max_replicas and predicted_ttft_s(load, c) > slo_s:
+    late = floor_s >= slo_s  # the prefill alone misses: no count helps; keep prompts unqueued
+    c = math.floor(a) + 1 if a > 0 else 1
+    while c < max_replicas and (wait_quantile_s(load, c) > 0 if late
+                                else predicted_ttft_s(load, c) > slo_s):
         c += 1
     predicted = predicted_ttft_s(load, c)
-    met = predicted <= slo_s
-    if floor_s >= slo_s:
-        # The prefill alone misses the SLO: no replica count helps; keep prompts from waiting.
-        c = max(1, math.floor(a) + 1 if a > 0 else 1)
-        while c < max_replicas and wait_quantile_s(load, c) > 0:
-            c += 1
-        predicted, met = predicted_ttft_s(load, c), False
+    met = predicted <= slo_s and not late
     replicas = min(max_replicas, max(c, drain))
     reason = (f"lambda {load.arrival_rps:.3g} req/s x E[S] {1000 * load.mean_service_s:.0f} ms "
               f"= {a:.2f} replicas busy; predicted TTFT p{100 * load.quantile:g} "
               f"{predicted:.3g} s at {c} {'<=' if met else '>'} {slo_s:g} s")
-    if floor_s >= slo_s:
+    if late:
         reason += f" (the prefill alone takes {floor_s:.3g} s)"
     if drain > c:
         reason += (f"; {queued:.0f} waiting drain within {horizon:.3g} s at "
