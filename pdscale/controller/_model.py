@@ -1,13 +1,12 @@
 """pdscale's policy: each pool sized by the queueing model (:mod:`controller._queueing`).
 
 Per pool and tick (docs/sizing.md has the equations and a worked example): read its cold
-starts, demand and latency (missing demand holds it); size for the largest of the demand now
-(plus the queue's growth; prefill's busiest minute), its rising trend carried over the lead,
-and the forecast's quantile over the lead (decode: at least what prefill delivers), and for
-the backlog the new replicas will meet; learn one correction of the profile's service rate
-from latency read with no backlog; scale up at once and down to the stabilisation window's
-highest need, ``max_step_down`` a tick. A missing optional signal has a stated fallback that
-the decision names.
+starts, demand and latency (missing demand holds it); size for the larger of the demand now
+(plus the queue's growth; prefill's busiest minute) and the forecast's quantile over the lead
+(decode: at least what prefill delivers), and for the backlog the new replicas will meet;
+learn one correction of the profile's service rate from latency read with no backlog; scale
+up at once and down to the stabilisation window's highest need, ``max_step_down`` a tick. A
+missing optional signal has a stated fallback that the decision names.
 """
 
 from __future__ import annotations
@@ -112,8 +111,6 @@ class PoolModelState:
     """Requests/s the queue grew by at the last reading (0 when it did not)."""
     queued_at: float = -math.inf
     """Data time a backlog was last seen (for prefill: or a wait for a decode slot)."""
-    rates: deque[tuple[float, float]] = field(default_factory=deque)
-    """(data time, demand) over the rate window: the trend's readings."""
     active_seen: int | None = None
     """Ready plus starting replicas at the last tick: a rise is replicas starting."""
     serving: deque[tuple[float, int, int]] = field(default_factory=deque)
@@ -212,13 +209,12 @@ class PdscalePolicy:
         hit = prefix_hits(pool, demand) if key[1] is Role.PREFILL else None
         self._read_lengths(st, pool, service_prompt, notes)
         lead = self.lead_s(key)
-        rising = self._trend(st, pool.data_time_s, demand, lead, notes)
         demand += self._queue_growth(st, pool, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
-        load = max(demand, self._peak(pool, demand, notes), rising,
+        load = max(demand, self._peak(pool, demand, notes),
                    forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(st, pool, demand, hit, notes)
         sized = self._size(st, pool, load, hit, lead, notes)
@@ -240,27 +236,6 @@ class PdscalePolicy:
         return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail,
                             forecast=forecast, lead_s=lead,
                             cold_start_p90_s=st.cold_start.p90_s)
-
-    @staticmethod
-    def _trend(st: PoolModelState, t: float, demand: float, lead: float,
-               notes: list[str]) -> float:
-        """The demand when replicas asked now are ready: the window's least-squares rise of
-        ``b``/s carried from its middle, ``demand + b (window / 2 + lead)``; a fall carries
-        nothing (stabilisation handles it)."""
-        st.rates.append((t, demand))
-        while st.rates and st.rates[0][0] < t - RATE_WINDOW_S:
-            st.rates.popleft()
-        if len(st.rates) < 3 or t - st.rates[0][0] < RATE_WINDOW_S / 2:
-            return demand
-        mt = sum(x for x, _ in st.rates) / len(st.rates)
-        my = sum(y for _, y in st.rates) / len(st.rates)
-        slope = (sum((x - mt) * (y - my) for x, y in st.rates)
-                 / sum((x - mt) ** 2 for x, _ in st.rates))
-        if slope <= 0:
-            return demand
-        ahead = demand + slope * (RATE_WINDOW_S / 2 + lead)
-        notes.append(f"rising {slope:.3g}/s: {ahead:.4g}/s when replicas asked now are ready")
-        return ahead
 
     @staticmethod
     def _queue_growth(st: PoolModelState, pool: Pool, notes: list[str]) -> float:

@@ -1,6 +1,6 @@
 """The model's load terms, each against the same observation without it: the backlog replicas
-meet when ready, decode's arrivals from prefill, the KV cache as measured, the rising trend
-and the quiet readings the correction learns from."""
+meet when ready, decode's arrivals from prefill, the KV cache as measured and the quiet
+readings the correction learns from."""
 
 from __future__ import annotations
 
@@ -122,25 +122,6 @@ def test_decode_holds_the_tail_of_arrivals_as_bursty_as_prefill_reads_them() -> 
     assert any("decode's variability 2 assumed" in r for r in unread.reasons)
     assert poisson.detail["running_quantile"] < unread.detail["running_quantile"] < \
         clumped.detail["running_quantile"]
-
-
-def test_a_rising_rate_is_sized_for_when_replicas_are_ready() -> None:
-    """Five minutes of a steady rise: the load is extrapolated a half window and a lead
-    ahead; a flat or falling rate is not extrapolated."""
-    def last(rates: list[float]) -> Any:
-        policy = _policy()
-        for i, r in enumerate(rates):
-            out = policy.decide(_obs(15 * i, prompt=r, ready=(8, 2)))[KEY_P]
-        return out
-
-    rise = [40_000.0 + 500.0 * i for i in range(21)]
-    rising = last(rise)
-    flat = last([rise[-1]] * 21)
-    falling = last([*rise[::-1][:-1], rise[-1]])
-    lead = 60.0 + 15.0  # the cold start's p90 and a tick
-    assert rising.detail["load"] == pytest.approx(rise[-1] + 500.0 / 15 * (300.0 / 2 + lead))
-    assert any(r.startswith("rising") for r in rising.reasons)
-    assert flat.detail["load"] == falling.detail["load"] == rise[-1]
 
 
 def test_a_backlog_in_decode_teaches_prefill_nothing() -> None:
