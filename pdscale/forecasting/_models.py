@@ -758,10 +758,12 @@ class QuantileGBForecaster(_Forecaster):
                 enough = count >= _MIN_RECALIBRATION
                 if not enough.any():
                     continue
-                with np.errstate(all="ignore"):
-                    shift = np.nanquantile(rows[enough], q, axis=1, method="higher")
+                # The q-quantile of each row's finite errors, the next higher at a tie (as
+                # np.nanquantile's method="higher", without its per-row loop): NaN sorts last.
+                ordered = np.sort(rows[enough], axis=1)
+                at = np.ceil(q * (count[enough] - 1)).astype(np.int64)
                 idx = np.flatnonzero(usable)[enough]
-                out[idx, j, i] = shift
+                out[idx, j, i] = ordered[np.arange(len(at)), at]
         return out
 
     def _relative_with_past(self, values: FloatArray, origins: npt.NDArray[np.int64],
