@@ -130,11 +130,6 @@ class PoolModelState:
                 return r, d
         return self.serving[0][1:] if self.serving else (0, 0)
 
-    def serving_changed(self, start: float, end: float) -> bool:
-        """Whether replicas joined, began draining or left between ``start`` and ``end``."""
-        before = self.serving_at(start)
-        return any((r, d) != before for t, r, d in self.serving if start < t <= end)
-
     def prompt(self) -> float:
         return self.prompt_tokens or PROMPT_TOKENS_UNREAD
 
@@ -380,8 +375,8 @@ class PdscalePolicy:
 
     def _calibrate(self, st: PoolModelState, pool: Pool, demand: float, hit: float | None,
                    notes: list[str]) -> None:
-        """Learn the correction from the latency the pool reported at its own load, where
-        its window held no backlog (a transient) and no change of replicas (two sizes)."""
+        """Learn the correction from the latency the pool reported at its own load and
+        replicas, where its window held no backlog (a transient, not the rate)."""
         sizing, role = self.settings.sizing, pool.key[1]
         observed, window = pool.signals.get(LATENCY_SIGNAL[role]), RATE_WINDOW_S
         if role is Role.PREFILL and finite(recent := pool.signals.get(Signal.TTFT_P95_RECENT_S)):
@@ -391,10 +386,6 @@ class PdscalePolicy:
             return
         if pool.data_time_s - st.queued_at <= window:
             notes.append("correction not updated: a backlog within the latency's window")
-            return
-        if st.serving_changed(pool.data_time_s - window, pool.data_time_s):
-            notes.append("correction not updated: replicas joined or left within the "
-                         "latency's window")
             return
         low, high = sizing.calibration_min, sizing.calibration_max
         if role is Role.PREFILL:

@@ -173,8 +173,8 @@ def test_the_controller_reads_every_signal_the_policy_uses() -> None:
 
 def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
     """Readings are 30 s old: the KV cache a reading shows full was shared by the decode
-    replicas serving then, not by those that joined since; and a latency window that saw
-    replicas join mixes two pool sizes, so it teaches the correction nothing."""
+    replicas serving then, not by those that joined since; a prefill reading is paired with
+    the replicas ready then (a draining one takes no new prompts)."""
     def decode(ready_then: int) -> Any:
         policy = _policy()
         for t in (0, 15, 30):
@@ -185,25 +185,23 @@ def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
     assert decode(2).detail["batch"] > decode(8).detail["batch"]  # 400/2/0.9 vs 400/8/0.9
     assert decode(8).detail["batch"] == 55
 
-    joined = _policy()
-    for i in range(8):
-        out = joined.decide(_obs(15 * i, ttft=0.4, ready=(2 if i < 4 else 4, 2)))[KEY_P]
-    assert joined.state[KEY_P].correction.readings == 6  # ticks 4-5 read across the join
-    assert any("replicas joined or left" in r for r in out.reasons)
+    def prefill(drain_at: int) -> PdscalePolicy:
+        policy = _policy()
+        for i in range(8):
+            obs = _obs(15 * i, ttft=0.4, ready=(4, 2))
+            if i >= drain_at:
+                pool = obs.pools[KEY_P]
+                obs.pools[KEY_P] = dataclasses.replace(pool, replicas=dataclasses.replace(
+                    pool.replicas, ready=3, draining=1, desired=3))
+            policy.decide(obs)
+        return policy
 
-    # A prefill replica that begins draining takes no new prompts: the reading's window saw
-    # the pool change although ready plus draining did not, and prefill is paired with the
-    # ready ones only.
-    drained = _policy()
-    for i in range(8):
-        obs = _obs(15 * i, ttft=0.4, ready=(4, 2))
-        if i >= 4:
-            pool = obs.pools[KEY_P]
-            obs.pools[KEY_P] = dataclasses.replace(pool, replicas=dataclasses.replace(
-                pool.replicas, ready=3, draining=1, desired=3))
-        out = drained.decide(obs)[KEY_P]
-    assert drained.state[KEY_P].correction.readings == 6
-    assert drained.state[KEY_P].serving_at(15 * 7 - 30) == (3, 1)
+    drained = prefill(drain_at=6)
+    assert drained.state[KEY_P].serving_at(15 * 7 - 30) == (4, 0)  # the reading's, not now's
+    assert drained.state[KEY_P].serving_at(15 * 7) == (3, 1)
+    # The same readings credited to 3 ready replicas instead of 4 imply a faster prefill.
+    assert prefill(drain_at=0).state[KEY_P].correction.value > \
+        prefill(drain_at=8).state[KEY_P].correction.value
 
 
 def _with_hits(policy: PdscalePolicy, prompt: float, hit: float, ready: int = 2) -> Any:
