@@ -75,13 +75,17 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
     """The correction in [low, high] at which ``predict(k)``, falling in k, equals
     ``observed`` (the nearer end beyond the range), to 2e-5 in log k: Illinois regula falsi
     on the logs, bisecting where the prediction is infinite (an unstable queue)."""
-    def f(x: float) -> float:
-        return math.log(predict(math.exp(x))) - math.log(observed)
+    target = math.log(observed)
+
+    def f(x: float) -> float:  # falls as x grows; its root is the correction's log
+        return math.log(predict(math.exp(x))) - target
 
     a, b = math.log(low), math.log(high)
     fa, fb = f(a), f(b)
-    if fa <= 0 or fb >= 0:
-        return low if fa <= 0 else high
+    if fa <= 0:
+        return low  # slower than even the lowest correction predicts
+    if fb >= 0:
+        return high
     kept = 0  # the end kept twice in a row has its value halved
     for _ in range(60):
         x = (a * fb - b * fa) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
@@ -89,9 +93,15 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
         if abs(fx) < 1e-9 or b - a < 2e-5:
             return math.exp(x)
         if fx > 0:
-            a, fa, fb, kept = x, fx, fb / 2 if kept == 1 else fb, 1
+            a, fa = x, fx
+            if kept == 1:
+                fb /= 2
+            kept = 1
         else:
-            b, fb, fa, kept = x, fx, fa / 2 if kept == -1 else fa, -1
+            b, fb = x, fx
+            if kept == -1:
+                fa /= 2
+            kept = -1
     return math.exp((a + b) / 2)
 
 
@@ -237,10 +247,12 @@ class PdscalePolicy:
         """Arrivals a saturated pool's served rate does not show: the queue's growth since
         the last reading, in the demand's units (prompt or output tokens/s)."""
         queue = pool.signals.get(Signal.QUEUE_DEPTH)
-        before, st.queue_seen = st.queue_seen, (pool.data_time_s, queue) if finite(queue) else None
-        st.growth_rps = 0.0
-        if not finite(queue) or before is None or pool.data_time_s <= before[0] \
-                or queue <= before[1]:
+        before, st.growth_rps = st.queue_seen, 0.0
+        if not finite(queue):
+            st.queue_seen = None
+            return 0.0
+        st.queue_seen = (pool.data_time_s, queue)
+        if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
         per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
         notes.append(f"queue grew {queue - before[1]:.0f} in {pool.data_time_s - before[0]:.0f}"
@@ -280,8 +292,8 @@ class PdscalePolicy:
         rate = st.profile.prefill_tokens_per_s(uncached, uncached**2 * (1 + cv2)) * correction
         dispersion = pool.signals.get(Signal.PROMPT_TOKENS_DISPERSION)
         if finite(dispersion) and dispersion > 0:
-            variability = dispersion * (uncached / prompt) / uncached
-            self.service_dispersion[pool.key[0]] = dispersion / prompt
+            # Tokens' dispersion over the mean prompt: the prompts' ca2 + cs2 (and decode's v).
+            variability = self.service_dispersion[pool.key[0]] = dispersion / prompt
         else:
             variability = float(self.settings.sizing.default_variability)
             notes.append(f"dispersion unread: ca2 + cs2 = {variability:g} assumed")

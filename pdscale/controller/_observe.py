@@ -44,7 +44,7 @@ def finite(reading: float | None) -> TypeGuard[float]:
 def usable_length(reading: float | None) -> TypeGuard[float]:
     """A length reading the policy can take: present, positive and finite (an engine with no
     request yet reads NaN, a broken counter ratio inf)."""
-    return reading is not None and 0 < reading < math.inf
+    return finite(reading) and reading > 0
 
 
 @dataclass
@@ -91,10 +91,10 @@ def prefix_hits(pool: PoolObservation, prompt_tokens_per_s: float) -> float | No
     where only the computed prompt tokens are counted, one minus their share of the prompt
     tokens; None where neither is read (no hits are assumed)."""
     hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
-    if hit is not None and math.isfinite(hit):
+    if finite(hit):
         return min(1.0, max(0.0, hit))
     computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
-    if computed is None or not math.isfinite(computed) or prompt_tokens_per_s <= 0:
+    if not finite(computed) or prompt_tokens_per_s <= 0:
         return None
     return min(1.0, max(0.0, 1 - computed / prompt_tokens_per_s))
 
