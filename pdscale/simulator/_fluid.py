@@ -98,16 +98,26 @@ def fluid_load_from_trace(trace: Trace, *, dt_s: float = 5.0,
 
 
 def fluid_load_from_servegen(path: Path, *, dt_s: float = 5.0, seed: int = 0,
-                             scale: float = 1.0, samples: int = 256) -> FluidLoad:
+                             scale: float = 1.0, samples: int = 256, start_s: float = 0.0,
+                             duration_s: float | None = None) -> FluidLoad:
     """ServeGen's aggregate rate per 600 s window (spread evenly over the steps in it) with
-    length samples drawn from its 6-hour token-length quantiles."""
+    length samples drawn from its 6-hour token-length quantiles, over ``duration_s`` from
+    ``start_s`` (default: the whole trace) on a clock starting at 0."""
     from pdscale.simulator._servegen import _sample_lengths, servegen_load_series
-    from pdscale.simulator._trace import _mix_lengths
+    from pdscale.simulator._trace import TraceError, _mix_lengths
 
     series = servegen_load_series(path)
     rng = np.random.default_rng(seed)
     rate = np.repeat(series["rate_rps"], int(series["bin_s"] // dt_s)) * scale
-    requests = rate * dt_s
+    first = int(start_s // dt_s)
+    last = len(rate) if duration_s is None else min(len(rate),
+                                                     math.ceil((start_s + duration_s) / dt_s))
+    if first >= last or not rate[first:last].any():
+        end = "the end" if duration_s is None else f"{start_s + duration_s:g}s"
+        raise TraceError(f"{path}: no requests between {start_s:g}s and {end} (the trace "
+                         f"spans {len(rate) * dt_s:g}s); give a --start and --duration "
+                         "inside it")
+    requests = rate[first:last] * dt_s
     lengths = series["lengths"]
     if lengths:
         prompts = tuple(_sample_lengths(w.input_q, samples, rng).astype(np.float64)
@@ -115,7 +125,7 @@ def fluid_load_from_servegen(path: Path, *, dt_s: float = 5.0, seed: int = 0,
         outputs = tuple(np.maximum(_sample_lengths(w.output_q, samples, rng), 1)
                         .astype(np.float64) for w in lengths)
         starts = np.array([w.start_s for w in lengths])
-        t = np.arange(len(requests)) * dt_s
+        t = (first + np.arange(len(requests))) * dt_s
         index = np.clip(np.searchsorted(starts, t, side="right") - 1, 0, len(lengths) - 1)
     else:
         p, o = _mix_lengths(samples, rng)

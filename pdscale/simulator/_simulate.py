@@ -11,7 +11,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -274,9 +274,16 @@ def _workload(options: SimOptions, fmt: str | None
         trace, history = generated.trace, generated.history
         if options.start_s or options.duration_s is not None:
             trace = trace.window(options.start_s, options.duration_s or math.inf)
-    elif fmt == "servegen" and options.mode != "event" and options.duration_s is None:
-        return None, fluid_load_from_servegen(Path(options.trace), seed=options.seed,
-                                              scale=options.scale), None
+    elif fmt == "servegen" and (options.mode == "fluid" or options.mode == "auto" and (
+            options.duration_s is None or options.duration_s > EVENT_LIMIT_SPAN_S)):
+        # Its rate windows as a fluid load: no request is materialised, however long.
+        load = fluid_load_from_servegen(Path(options.trace), seed=options.seed,
+                                        scale=options.scale, start_s=options.start_s,
+                                        duration_s=options.duration_s)
+        if (most := options.max_prompt_tokens) is not None:
+            load = replace(load, prompt_samples=tuple(np.minimum(p, most)
+                                                      for p in load.prompt_samples))
+        return None, load, None
     else:
         duration = options.duration_s
         if fmt == "servegen" and duration is None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pdscale.simulator import TraceError, load_trace, synthetic_trace, trace_stats
+from pdscale.simulator._fluid import fluid_load_from_servegen
 from pdscale.simulator._servegen import load_servegen
 from tests.conftest import SHARED
 
@@ -97,6 +98,23 @@ def test_servegen_rebuilds_counts_per_window(tmp_path: Path) -> None:
     assert (first, second) == (1200, 300)
     again = load_servegen(path, seed=3)
     assert np.array_equal(trace.arrival_s, again.arrival_s)
+
+
+def test_servegen_fluid_window_takes_the_rates_in_it(tmp_path: Path) -> None:
+    """A window of a ServeGen trace in fluid mode is the aggregate rates within it, on a
+    clock from 0, as the whole trace's are: no request is materialised."""
+    path = _write(tmp_path / "servegen_m-large_client_rates.csv",
+                  "client_id,window_start_s,rate_rps,cv,arrival_dist,dist_param1,dist_param2\n"
+                  "0,0,2.0,1.0,Gamma,1.0,0.5\n0,600,1.0,1.0,Gamma,1.0,1.0\n"
+                  "0,1200,4.0,1.0,Gamma,1.0,0.25\n")
+    whole = fluid_load_from_servegen(path, seed=1)
+    window = fluid_load_from_servegen(path, seed=1, start_s=600, duration_s=900)
+    assert whole.requests.sum() == pytest.approx(2 * 600 + 600 + 4 * 600)
+    assert window.requests.sum() == pytest.approx(1.0 * 600 + 4 * 300)
+    assert window.steps == 900 / window.dt_s
+    assert np.array_equal(window.requests, whole.requests[120:300])
+    with pytest.raises(TraceError, match="no requests between 1800s and 2400s"):
+        fluid_load_from_servegen(path, start_s=1800, duration_s=600)
 
 
 def test_synthetic_is_seeded() -> None:
