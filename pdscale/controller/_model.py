@@ -300,7 +300,7 @@ class PdscalePolicy:
         sigma = math.sqrt(math.log1p(cv2))
         at_q = uncached * math.exp(NormalDist().inv_cdf(quantile) * sigma - sigma**2 / 2)
         return PrefillLoad(arrival_rps=tokens_per_s / prompt, mean_service_s=uncached / rate,
-                           service_cv2=0.0, arrival_cv2=variability,
+                           variability=variability,
                            fixed_s=(st.profile.overhead_ms(prompt)
                                     + st.profile.kv_transfer_ms(prompt)) / 1000,
                            quantile=quantile,
@@ -326,7 +326,7 @@ class PdscalePolicy:
             arrivals = prefilled
         decode = DecodeLoad(arrival_rps=arrivals, mean_output_tokens=st.output(),
                             mean_context_tokens=st.prompt() + st.output() / 2,
-                            arrival_cv2=variability, quantile=st.objective)
+                            variability=variability, quantile=st.objective)
         return decode_replicas(decode, st.profile, st.slo_s * st.correction.value,
                                max_replicas=pool.replicas.max_replicas, waiting=backlog,
                                drain_s=lead, kv_sequences=self._kv_sequences(st, pool, notes))

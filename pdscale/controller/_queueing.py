@@ -57,10 +57,9 @@ class PrefillLoad:
     """Prompts arriving per second (the load sized for)."""
     mean_service_s: float
     """E[S]: seconds one replica takes for a prompt of the mix, corrected."""
-    service_cv2: float
-    """cs2: squared coefficient of variation of the service time (of the prompt lengths)."""
-    arrival_cv2: float
-    """ca2: squared coefficient of variation of the arrivals (1 for Poisson)."""
+    variability: float
+    """ca2 + cs2: the squared coefficients of variation of the arrivals and of the service
+    times (2 for Poisson arrivals of exponentially varied prompts)."""
     fixed_s: float
     """TTFT beyond queueing and prefill: the engine's overhead and the KV transfer."""
     quantile: float
@@ -86,7 +85,7 @@ def wait_quantile_s(load: PrefillLoad, replicas: int) -> float:
     tail = 1 - load.quantile
     if waits <= tail:
         return 0.0
-    mean_wait = (load.arrival_cv2 + load.service_cv2) / 2 / slack
+    mean_wait = load.variability / 2 / slack
     return math.log(waits / tail) * mean_wait
 
 
@@ -144,7 +143,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     if replicas == max_replicas and (drain > max_replicas or not met):
         reason += f"; held to the maximum, {max_replicas}"
     terms = {"arrival_rps": load.arrival_rps, "mean_service_s": load.mean_service_s,
-             "offered": a, "variability": load.arrival_cv2 + load.service_cv2,
+             "offered": a, "variability": load.variability,
              "ttft_floor_s": floor_s, "replicas_for_slo": c, "backlog": queued,
              "replicas_to_drain": drain, "drain_s": horizon}
     return Sized(replicas, predicted, met and drain <= max_replicas, reason, terms)
@@ -157,7 +156,7 @@ class DecodeLoad:
     mean_output_tokens: float
     mean_context_tokens: float
     """A running sequence's mean context (prompt plus half its output)."""
-    arrival_cv2: float
+    variability: float
     """v: the running sequences' variance over their mean (the arriving prompt tokens' index
     of dispersion over the mean prompt)."""
     quantile: float
@@ -178,7 +177,7 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
                         / 1000)
     running = load.arrival_rps * load.mean_output_tokens * point.step_s
     z = NormalDist().inv_cdf(load.quantile)
-    tail = running + z * math.sqrt(running * max(load.arrival_cv2, 0.0)) if running > 0 else 0.0
+    tail = running + z * math.sqrt(running * max(load.variability, 0.0)) if running > 0 else 0.0
     backlog = max(waiting, 0.0) * load.mean_output_tokens * point.step_s / max(drain_s,
                                                                               point.step_s)
     want = tail + backlog

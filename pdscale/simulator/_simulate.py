@@ -274,8 +274,8 @@ def _workload(options: SimOptions, fmt: str | None
         trace, history = generated.trace, generated.history
         if options.start_s or options.duration_s is not None:
             trace = trace.window(options.start_s, options.duration_s or math.inf)
-    elif fmt == "servegen" and (options.mode == "fluid" or options.mode == "auto" and (
-            options.duration_s is None or options.duration_s > EVENT_LIMIT_SPAN_S)):
+    elif fmt == "servegen" and (options.mode == "fluid" or (
+            options.mode == "auto" and (options.duration_s or math.inf) > EVENT_LIMIT_SPAN_S)):
         # Its rate windows as a fluid load: no request is materialised, however long.
         load = fluid_load_from_servegen(Path(options.trace), seed=options.seed,
                                         scale=options.scale, start_s=options.start_s,

@@ -279,8 +279,8 @@ def test_the_correction_solved_reproduces_the_latency_read(ready: int, true_k: f
     """The correction at which the model predicts the TTFT read is found to 2e-5 in log,
     also where low corrections leave the queue unstable (an infinite prediction), in fewer
     predictions than bisection's 18. ``busy``: the utilisation at a correction of 1."""
-    load = PrefillLoad(arrival_rps=busy * ready / 0.2, mean_service_s=0.2, service_cv2=0.0,
-                       arrival_cv2=2.0, fixed_s=fixed, quantile=0.95,
+    load = PrefillLoad(arrival_rps=busy * ready / 0.2, mean_service_s=0.2,
+                       variability=2.0, fixed_s=fixed, quantile=0.95,
                        service_quantile_s=0.5)
     calls: list[float] = []
 

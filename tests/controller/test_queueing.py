@@ -24,10 +24,10 @@ from pdscale.controller._queueing import (
 PROFILE = load_profile("h100-80gb-llama-3.1-8b")
 
 
-def _load(rps: float, service_s: float = 0.1, *, cv2: float = 1.0,
+def _load(rps: float, service_s: float = 0.1, *, variability: float = 2.0,
           fixed_s: float = 0.05, q: float = 0.95) -> PrefillLoad:
-    return PrefillLoad(arrival_rps=rps, mean_service_s=service_s, service_cv2=cv2,
-                       arrival_cv2=cv2, fixed_s=fixed_s, quantile=q)
+    return PrefillLoad(arrival_rps=rps, mean_service_s=service_s,
+                       variability=variability, fixed_s=fixed_s, quantile=q)
 
 
 def test_erlang_c_matches_the_closed_forms() -> None:
@@ -47,7 +47,7 @@ def test_mm1_wait_quantile_is_exact() -> None:
     load = _load(0.5, 1.0, fixed_s=0.0)
     assert wait_quantile_s(load, 1) == pytest.approx(2 * math.log(10))
     assert predicted_ttft_s(load, 1) == pytest.approx(2 * math.log(10) + 1.0)
-    assert wait_quantile_s(load, 1) > wait_quantile_s(_load(0.5, 1.0, cv2=0.5), 1)
+    assert wait_quantile_s(load, 1) > wait_quantile_s(_load(0.5, 1.0, variability=1.0), 1)
     assert wait_quantile_s(_load(2.0, 1.0), 2) == math.inf  # at saturation
 
 
@@ -86,7 +86,7 @@ def test_no_load_needs_one_replica() -> None:
 def test_decode_replicas_by_hand() -> None:
     """Little's law at the operating point, the normal tail, then batches."""
     load = DecodeLoad(arrival_rps=40.0, mean_output_tokens=300.0, mean_context_tokens=2150.0,
-                      arrival_cv2=1.0, quantile=0.95)
+                      variability=1.0, quantile=0.95)
     point = decode_operating_point(PROFILE, 0.05, 2150.0)
     running = 40.0 * 300.0 * point.step_s
     tail = running + NormalDist().inv_cdf(0.95) * math.sqrt(running)
@@ -145,7 +145,7 @@ def test_a_lower_itl_slo_never_asks_fewer(rps: float, i1: float, i2: float) -> N
 def test_the_percentile_prompt_sets_the_floor() -> None:
     """A long prompt at the percentile: its prefill, not the mean's, is what the wait adds to;
     at low load the prediction is that prefill plus the overhead."""
-    load = PrefillLoad(arrival_rps=1.0, mean_service_s=0.1, service_cv2=1.0, arrival_cv2=1.0,
+    load = PrefillLoad(arrival_rps=1.0, mean_service_s=0.1, variability=2.0,
                        fixed_s=0.05, quantile=0.95, service_quantile_s=0.3)
     assert predicted_ttft_s(load, 4) == pytest.approx(0.35)
     assert prefill_replicas(load, 0.3, max_replicas=8).met is False
