@@ -31,6 +31,37 @@ def test_first_burst_counts_scale_ups_within_two_cold_starts() -> None:
     assert S.first_burst_steps([], 60.0) == 0
 
 
+def test_the_aggregate_is_also_given_per_cold_start() -> None:
+    """Two cold starts, two seeds: pdscale at 0.9 and 0.8 attainment (30 s, 60 s) on half
+    and the same GPU-hours as the best fixed allocation; the per-cold-start aggregate keeps
+    them apart, the whole one averages them."""
+    sc = S.BY_NAME["steps"]
+    rows = [{"scenario": "steps", "policy": "best-fixed", "seed": seed, "start": "fixed",
+             "cold_start_s": 60.0, "slo_attainment": 0.99, "gpu_hours": 10.0 + seed,
+             "first_burst_steps": 0}
+            for seed in (0, 1)]
+    for seed in (0, 1):
+        for start in ("fixed", "cold"):
+            for cold, att, share in ((30.0, 0.9, 0.5), (60.0, 0.8, 1.0)):
+                rows.append({"scenario": "steps", "policy": "pdscale", "seed": seed,
+                             "start": start, "cold_start_s": cold, "slo_attainment": att,
+                             "gpu_hours": share * (10.0 + seed), "first_burst_steps": 1})
+    summary = S.summarise({"rows": rows}, [sc], [0, 1], [30.0, 60.0])
+    whole = summary["aggregate"]["pdscale"]
+    assert whole["attainment"] == pytest.approx(0.85)
+    assert whole["gpu_hours_vs_best_fixed"] == pytest.approx(0.75)
+    by_cold = summary["aggregate_by_cold_start"]
+    assert by_cold["30"]["pdscale"]["attainment"] == pytest.approx(0.9)
+    assert by_cold["60"]["pdscale"]["gpu_hours_vs_best_fixed"] == pytest.approx(1.0)
+    assert by_cold["30"]["pdscale"]["attainment_sd"] == pytest.approx(0.0)
+    text = S.markdown(summary, {}, {"tier": "full", "command": "c", "seeds": [0, 1],
+                                    "cold_starts": [30.0, 60.0], "runs": 0, "wall_min": 0.0,
+                                    "jobs": 1, "reused": 0})
+    assert "| pdscale | 90.00±0.00, 0.500 | 80.00±0.00, 1.000 |" in text
+    one = S.summarise({"rows": rows}, [sc], [0, 1], [60.0])
+    assert "aggregate_by_cold_start" not in one
+
+
 def test_the_journal_keeps_finished_runs_for_a_rerun(tmp_path: Path) -> None:
     journal = tmp_path / "x.runs.jsonl"
     job = {"scenario": "steps", "policy": "pdscale", "start": "cold", "cold_start_s": 60,
