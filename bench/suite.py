@@ -416,8 +416,10 @@ def _pct(x: float, sd: float) -> str:
 def markdown(summary: dict[str, Any], fixed: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# Scenario suite ({meta['tier']} tier)", "",
              f"`{meta['command']}`: seeds {meta['seeds']}, cold starts {meta['cold_starts']} s, "
-             f"{meta['runs']} simulations in {meta['wall_min']:.1f} min on {meta['jobs']} "
-             f"processes ({meta['reused']} more reused from an earlier, interrupted run).", "",
+             f"{meta['runs']} simulations run in {meta['wall_min']:.1f} min on {meta['jobs']} "
+             f"processes, {meta['reused']} more read from the journal of earlier runs; "
+             f"every run summarised here took {meta.get('process_hours', 0.0):.1f} hours of one "
+             "process in all.", "",
              "## Aggregate", "",
              "Mean over every scenario, start and cold start; ± is the spread (standard "
              "deviation) of that mean over the seeds. GPU-hours are relative to the best fixed "
@@ -591,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(result, scenarios, seeds, cold_starts)
     meta = {"tier": args.tier, "seeds": seeds, "cold_starts": cold_starts, "jobs": args.jobs,
             "runs": runner.done, "reused": runner.reused, "wall_min": wall_min,
+            "process_hours": sum(r.get("wall_s", 0.0) for r in result["rows"]) / 3600,
             "machine": platform.machine(),
             "python": platform.python_version(), "cpus": os.cpu_count(),
             "command": "bench/suite.py " + " ".join(sys.argv[1:] if argv is None else argv)}
