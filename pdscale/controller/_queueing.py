@@ -49,7 +49,7 @@ def erlang_c(servers: int, offered: float) -> float:
     return b / (1 - rho * (1 - b))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrefillLoad:
     """What the prefill model needs, each from the profile, the SLO or a measurement."""
 
@@ -149,7 +149,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     return Sized(replicas, predicted, met and drain <= max_replicas, reason, terms)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeLoad:
     arrival_rps: float
     """Requests starting decode per second (the load sized for)."""

@@ -159,7 +159,8 @@ def test_more_load_never_asks_fewer_replicas() -> None:
     asked = [_policy().decide(_obs(0, prompt=p))[KEY_P].desired_replicas
              for p in (0.0, 10_000.0, 50_000.0, 150_000.0, 400_000.0)]
     assert asked == sorted(asked)
-    load = PrefillLoad(10.0, 0.1, 1.0, 1.0, 0.05, 0.95)
+    load = PrefillLoad(arrival_rps=10.0, mean_service_s=0.1, variability=2.0, fixed_s=0.05,
+                       quantile=0.95)
     assert prefill_replicas(load, 0.3, max_replicas=16).replicas == 3
 
 

@@ -78,9 +78,16 @@ def test_prefill_that_cannot_meet_the_slo_says_so_and_keeps_prompts_from_waiting
 
 def test_no_load_needs_one_replica() -> None:
     assert prefill_replicas(_load(0.0), 0.5, max_replicas=8).replicas == 1
-    decode = decode_replicas(DecodeLoad(0.0, 200, 2000, 1.0, 0.95), PROFILE, 0.05,
+    decode = decode_replicas(DecodeLoad(arrival_rps=0.0, mean_output_tokens=200,
+                                        mean_context_tokens=2000, variability=1.0,
+                                        quantile=0.95), PROFILE, 0.05,
                              max_replicas=8)
     assert decode.replicas == 1
+
+
+def _decode(rps: float) -> DecodeLoad:
+    return DecodeLoad(arrival_rps=rps, mean_output_tokens=200.0, mean_context_tokens=1500.0,
+                      variability=1.0, quantile=0.95)
 
 
 def test_decode_replicas_by_hand() -> None:
@@ -126,7 +133,7 @@ def test_more_decode_load_never_asks_fewer(a: float, b: float, itl: float) -> No
     lo, hi = sorted((a, b))
 
     def n(rps: float) -> int:
-        return decode_replicas(DecodeLoad(rps, 200.0, 1500.0, 1.0, 0.95), PROFILE, itl,
+        return decode_replicas(_decode(rps), PROFILE, itl,
                                max_replicas=256).replicas
     assert n(lo) <= n(hi)
 
@@ -137,7 +144,7 @@ def test_a_lower_itl_slo_never_asks_fewer(rps: float, i1: float, i2: float) -> N
     tight, loose = sorted((i1, i2))
 
     def n(itl: float) -> int:
-        return decode_replicas(DecodeLoad(rps, 200.0, 1500.0, 1.0, 0.95), PROFILE, itl,
+        return decode_replicas(_decode(rps), PROFILE, itl,
                                max_replicas=256).replicas
     assert n(tight) >= n(loose)
 
