@@ -1059,19 +1059,22 @@ def simulate_run(row: Mapping[str, Any], trace: Any, spec_path: Path) -> dict[st
 def simulate_policy(row: Mapping[str, Any], spec_path: Path) -> dict[str, Any] | None:
     """The window through ``simulator.simulate`` (what ``pdscale simulate`` runs) under the
     run's own policy rather than its schedule: pdscale's policy, or the simulator's HPA-like
-    baseline (on its busy share), started at the same sizes, routed as the stack routes. The
-    arrivals are the trace's, as ``pdscale simulate`` reads them (not the client's send order,
-    :func:`as_sent`). None for a static run."""
+    baseline (on its busy share), started at the run's own sizes (``initial``), routed as the
+    stack routes. The arrivals are the trace's, as ``pdscale simulate`` reads them (not the
+    client's send order, :func:`as_sent`). None for a static run."""
     from pdscale.simulator import SimOptions, simulate
     from pdscale.spec import load_spec
 
     if row["policy"] not in ("pdscale", "reactive"):
         return None
+    initial = row.get("initial") or {}
     options = SimOptions(trace=str(SHARED / TRACES[row["trace"]].file), mode="event", router=ROUTER,
                          policy=row["policy"], start_s=float(row["start_min"]) * 60,
                          duration_s=float(row["minutes"]) * 60, scale=float(row["scale"]),
                          cold_start_s=float(row["cold_start_s"]), seed=int(row.get("seed", 0)),
-                         max_prompt_tokens=MAX_PROMPT_TOKENS, idle_before=True)
+                         max_prompt_tokens=MAX_PROMPT_TOKENS, idle_before=True,
+                         initial_replicas=(initial["prefill"], initial["decode"])
+                         if initial else None)
     result, _ = simulate(load_spec(spec_path), options)
     s = result.summary
     return {k: s[k] for k in ("slo_attainment", "ttft_p50_s", "ttft_p95_s", "gpu_hours")} | {

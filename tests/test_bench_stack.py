@@ -5,6 +5,7 @@ it reports. No stack is started here."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -334,3 +335,29 @@ def test_autoscaled_runs_start_cold_or_from_the_allocation_given(tmp_path: Any) 
     assert opts.start_from == (2, 1)
     assert S.autoscaled_start(path, (2, 1)) == {Role.PREFILL: 2, Role.DECODE: 1}
     assert S.autoscaled_start(path, (9, 1)) == {Role.PREFILL: 3, Role.DECODE: 1}
+
+
+def test_the_simulator_replays_a_run_from_the_sizes_it_started_at(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's run under the policy starts where the stack's run did (from 3+1 when
+    the run was started from the best fixed allocation), not at the pools' minimum."""
+    import pdscale.simulator
+
+    seen: list[Any] = []
+
+    result = SimpleNamespace(summary={
+        "slo_attainment": 1.0, "ttft_p50_s": 0.1, "ttft_p95_s": 0.2, "gpu_hours": 1.0,
+        "scale_actions": 0, "pools": {"prefill": {"peak_replicas": 3, "mean_replicas": 3.0}}})
+
+    def fake(spec: Any, options: Any) -> tuple[Any, dict[str, Any]]:
+        seen.append(options)
+        return result, {}
+
+    monkeypatch.setattr(pdscale.simulator, "simulate", fake)
+    path = S.write_spec(tmp_path, S.TRACES["azure"], cold_start_s=60.0, max_replicas=4,
+                        speedup=1.0)
+    row = {"policy": "pdscale", "trace": "azure", "start_min": 14.0, "minutes": 20.0,
+           "scale": 1.0, "cold_start_s": 60.0, "initial": {"prefill": 3, "decode": 1}}
+    assert S.simulate_policy(row, path) is not None
+    assert seen[-1].initial_replicas == (3, 1)
+    assert S.simulate_policy({**row, "policy": "static:3+1"}, path) is None
