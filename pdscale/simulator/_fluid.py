@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from pdscale.controller import (
 )
 from pdscale.simulator._event import PoolSetup, SimSetup, hist_quantile
 from pdscale.simulator._setup import ColdStarts
-from pdscale.simulator._trace import Trace
+from pdscale.simulator._trace import Trace, TraceError, check_max_prompt_tokens
 from pdscale.simulator._world import PoolSignals, SimResult, World, run_world
 from pdscale.spec import Role, Spec
 from pdscale.telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
@@ -68,6 +68,13 @@ class FluidLoad:
     @property
     def steps(self) -> int:
         return int(self.requests.shape[0])
+
+    def clipped(self, max_prompt_tokens: int) -> FluidLoad:
+        """Prompt samples longer than ``max_prompt_tokens`` cut to it, as
+        :meth:`Trace.clipped` cuts a trace's prompts."""
+        check_max_prompt_tokens(max_prompt_tokens)
+        return replace(self, prompt_samples=tuple(np.minimum(p, max_prompt_tokens)
+                                                  for p in self.prompt_samples))
 
 
 def fluid_load_from_trace(trace: Trace, *, dt_s: float = 5.0,
@@ -104,7 +111,7 @@ def fluid_load_from_servegen(path: Path, *, dt_s: float = 5.0, seed: int = 0,
     length samples drawn from its 6-hour token-length quantiles, over ``duration_s`` from
     ``start_s`` (default: the whole trace) on a clock starting at 0."""
     from pdscale.simulator._servegen import _sample_lengths, servegen_load_series
-    from pdscale.simulator._trace import TraceError, _mix_lengths
+    from pdscale.simulator._trace import _mix_lengths
 
     series = servegen_load_series(path)
     rng = np.random.default_rng(seed)

@@ -11,7 +11,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -280,9 +280,8 @@ def _workload(options: SimOptions, fmt: str | None
         load = fluid_load_from_servegen(Path(options.trace), seed=options.seed,
                                         scale=options.scale, start_s=options.start_s,
                                         duration_s=options.duration_s)
-        if (most := options.max_prompt_tokens) is not None:
-            load = replace(load, prompt_samples=tuple(np.minimum(p, most)
-                                                      for p in load.prompt_samples))
+        if options.max_prompt_tokens is not None:
+            load = load.clipped(options.max_prompt_tokens)
         return None, load, None
     else:
         duration = options.duration_s

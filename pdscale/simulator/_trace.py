@@ -66,6 +66,13 @@ class TraceError(ValueError):
     """A trace cannot be read: the message names the file, line and column, and the fix."""
 
 
+def check_max_prompt_tokens(max_prompt_tokens: int) -> None:
+    """Refuse a prompt-length cap below one token (a trace's or a fluid load's)."""
+    if max_prompt_tokens < 1:
+        raise TraceError(f"max_prompt_tokens must be at least 1 (None: no clipping); got "
+                         f"{max_prompt_tokens}")
+
+
 @dataclass(frozen=True)
 class Trace:
     name: str
@@ -99,9 +106,7 @@ class Trace:
     def clipped(self, max_prompt_tokens: int) -> Trace:
         """Prompts longer than ``max_prompt_tokens`` cut to it, as a model's context limit cuts
         them (a replay against a real stack sends them so)."""
-        if max_prompt_tokens < 1:
-            raise TraceError(f"max_prompt_tokens must be at least 1 (None: no clipping); got "
-                             f"{max_prompt_tokens}")
+        check_max_prompt_tokens(max_prompt_tokens)
         return replace(self, prompt_tokens=np.minimum(self.prompt_tokens, max_prompt_tokens))
 
     def scaled(self, factor: float, *, seed: int = 0) -> Trace:

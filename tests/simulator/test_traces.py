@@ -115,6 +115,11 @@ def test_servegen_fluid_window_takes_the_rates_in_it(tmp_path: Path) -> None:
     assert np.array_equal(window.requests, whole.requests[120:300])
     with pytest.raises(TraceError, match="no requests between 1800s and 2400s"):
         fluid_load_from_servegen(path, start_s=1800, duration_s=600)
+    clipped = window.clipped(100)
+    assert max(float(p.max()) for p in clipped.prompt_samples) <= 100
+    assert max(float(p.max()) for p in window.prompt_samples) > 100
+    with pytest.raises(TraceError, match="at least 1"):
+        window.clipped(0)
 
 
 def test_synthetic_is_seeded() -> None:
