@@ -84,3 +84,34 @@ def test_unknown_scenario_and_missing_traces_are_refused(tmp_path: Path,
     with pytest.raises(SystemExit):
         S.main(["--scenarios", "azure-code", "--traces", str(tmp_path)])
     assert "--scenarios daily-rise" in capsys.readouterr().err
+
+
+def test_a_target_missed_says_by_how_much() -> None:
+    """One seed of one hour-long scenario at one cold start, every baseline present: pdscale
+    two points under the fixed allocation on half its GPU-hours, three scale-ups from cold."""
+    sc = S.BY_NAME["steps"]
+    att = {"pdscale": 0.97, "dynamo": 0.30, "oracle": 0.99, "reactive@0.4": 0.95,
+           "reactive@0.6": 0.90, "reactive@0.8": 0.80}
+    gpu = {"pdscale": 5.0, "dynamo": 2.0, "oracle": 4.0, "reactive@0.4": 8.0,
+           "reactive@0.6": 4.0, "reactive@0.8": 3.0}
+    rows = [{"scenario": "steps", "policy": "best-fixed", "seed": 0, "start": "fixed",
+             "cold_start_s": 60.0, "slo_attainment": 0.99, "gpu_hours": 10.0,
+             "first_burst_steps": 0}]
+    rows += [{"scenario": "steps", "policy": policy, "seed": 0, "start": start,
+              "cold_start_s": 60.0, "slo_attainment": a, "gpu_hours": gpu[policy],
+              "first_burst_steps": 3}
+             for policy, a in att.items() for start in ("fixed", "cold")]
+    summary = S.summarise({"rows": rows}, [sc], [0], [60.0])
+    fixed, cold = summary["cells"]
+    assert fixed["targets"]["no_worse_than_fixed"] == "missed"
+    assert fixed["margins"]["no_worse_than_fixed"] == "-2.00 pts on 0.50x GPU-h"
+    assert cold["margins"]["first_burst_one_decision"] == "3 scale-ups"
+    assert cold["margins"]["beats_reactive_and_dynamo"] == "+7.00 pts"
+    # reactive's frontier at 5 GPU-hours: 0.90 + (0.95 - 0.90) x 1/4
+    assert cold["margins"]["beats_reactive_matched"] == "+5.75 pts"
+    text = S.markdown(summary, {}, {"tier": "quick", "command": "c", "seeds": [0],
+                                    "cold_starts": [60.0], "runs": 0, "wall_min": 0.0,
+                                    "jobs": 1, "reused": 0})
+    assert "no_worse_than_fixed missed (-2.00 pts on 0.50x GPU-h)" in text
+    assert "| no_worse_than_fixed | 0 | 1 | 0 |" in text
+    assert "| first_burst_one_decision | 0 | 1 | 0 |" in text
