@@ -391,11 +391,15 @@ class PdscalePolicy:
         replicas, where its window held no backlog (a transient, not the rate)."""
         sizing, role = self.settings.sizing, pool.key[1]
         observed, window = pool.signals.get(LATENCY_SIGNAL[role]), RATE_WINDOW_S
-        if role is Role.PREFILL and finite(recent := pool.signals.get(Signal.TTFT_P95_RECENT_S)):
+        recent = pool.signals.get(Signal.TTFT_P95_RECENT_S)
+        if role is Role.PREFILL and finite(recent):
             observed, window = recent, RECENT_WINDOW_S
         ready, draining = st.serving_at(pool.data_time_s)
         if not finite(observed) or observed <= 0 or ready < 1 or demand <= 0:
             return
+        if role is Role.PREFILL and window == RATE_WINDOW_S:
+            notes.append("last minute's TTFT p95 unread: the correction learns from the "
+                         "5-minute p95")
         if pool.data_time_s - st.queued_at <= window:
             notes.append("correction not updated: a backlog within the latency's window")
             return

@@ -386,9 +386,12 @@ def test_prefill_calibrates_on_the_last_minute_s_ttft_where_read() -> None:
     assert passed.value == pytest.approx(run(0.2, None).state[KEY_P].correction.value)
     stale = run(1.2, None).state[KEY_P].correction
     assert stale.value < passed.value
-    late = run(1.2, None).decide(_obs(300, prompt=60_000.0, ready=(4, 2)))[KEY_P]
-    kept = run(1.2, 0.2).decide(_obs(300, prompt=60_000.0, ready=(4, 2)))[KEY_P]
+    late = run(1.2, None).decide(_obs(300, prompt=60_000.0, ready=(4, 2), ttft=1.2))[KEY_P]
+    kept = run(1.2, 0.2).decide(_obs(300, prompt=60_000.0, ready=(4, 2), ttft=1.2,
+                                     extra={"ttft_p95_recent_s": 0.2}))[KEY_P]
     assert late.detail["need"] > kept.detail["need"]
+    said = "last minute's TTFT p95 unread: the correction learns from the 5-minute p95"
+    assert said in late.reasons and said not in kept.reasons
 
 
 def test_no_flapping_under_constant_load() -> None:
