@@ -47,9 +47,6 @@ __all__ = ["Correction", "PdscalePolicy"]
 
 PROMPT_TOKENS_UNREAD, OUTPUT_TOKENS_UNREAD = 1000.0, 200.0
 """The lengths planned for before the first length reading (the decision says so)."""
-KV_SAMPLE_ERROR = 0.25
-"""The relative standard error of the running contexts' mean from which the KV cache's
-reading sets a decode replica's batch (fewer sequences: the profile's capacity)."""
 READ_QUANTILE = 0.95
 """The percentile of the latency readings the correction is learned from (p95)."""
 
@@ -128,8 +125,6 @@ class PoolModelState:
     paired with the replicas that produced it, not those of now."""
     needs: deque[tuple[float, int]] = field(default_factory=deque)
     """The stabilisation window's needs: the pool scales down to their highest."""
-    kv_readings: deque[tuple[float, float, float]] = field(default_factory=deque)
-    """(data time, running sequences, replicas' worth of KV they use) over the rate window."""
     prefix_aware: bool = False
     """Whether the router sends a prompt to the replica holding its prefix."""
 
@@ -329,7 +324,7 @@ class PdscalePolicy:
                             variability=variability, quantile=st.objective)
         return decode_replicas(decode, st.profile, st.slo_s * st.correction.value,
                                max_replicas=pool.replicas.max_replicas, waiting=backlog,
-                               drain_s=lead, kv_sequences=self._kv_sequences(st, pool, notes))
+                               drain_s=lead)
 
     def _prefill_sized(self, st: PoolModelState, pool: Pool, load: float, hit: float | None,
                        backlog: float, lead: float, notes: list[str]) -> Sized:
@@ -360,30 +355,6 @@ class PdscalePolicy:
                          "prefix only where it was served before")
         return replace(sized, terms={**sized.terms, "prefix_hit_read": hit,
                                      "prefix_hit_sized": at or 0.0})
-
-    def _kv_sequences(self, st: PoolModelState, pool: Pool, notes: list[str]) -> float | None:
-        """The sequences one replica's KV holds at the running mix, over the rate window's
-        readings; None (the profile's capacity) where unread, or where too few ran to tell
-        the mix's mean context: with contexts as varied as the prompts (``cv2``), the mean
-        of ``n`` has a relative standard error of ``sqrt(cv2 / n)``."""
-        running = pool.signals.get(Signal.RUNNING_REQUESTS)
-        usage = pool.signals.get(Signal.KV_CACHE_USAGE_RATIO)
-        replicas = sum(st.serving_at(pool.data_time_s))  # draining ones hold sequences too
-        if running is None or not finite(usage) or replicas < 1:
-            notes.append("KV usage unread: the profile's KV capacity")
-            return None
-        if usage > 0 and running > 0:
-            st.kv_readings.append((pool.data_time_s, running, usage * replicas))
-        while st.kv_readings and st.kv_readings[0][0] <= pool.data_time_s - RATE_WINDOW_S:
-            st.kv_readings.popleft()
-        sequences = sum(r for _, r, _ in st.kv_readings)
-        enough = float(self.settings.sizing.prompt_length_cv2) / KV_SAMPLE_ERROR**2
-        if sequences >= enough:
-            return sequences / sum(u for _, _, u in st.kv_readings)
-        if sequences > 0:
-            notes.append(f"KV usage read over {sequences:.0f} sequences: too few to tell the "
-                         f"mix's context (from {enough:.0f}), the profile's KV capacity")
-        return None
 
     def _calibrate(self, st: PoolModelState, pool: Pool, demand: float, hit: float | None,
                    notes: list[str]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from pdscale.controller._perf import decode_operating_point
@@ -163,18 +163,11 @@ class DecodeLoad:
 
 
 def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float, *,
-                    max_replicas: int, waiting: float = 0.0, drain_s: float = 60.0,
-                    kv_sequences: float | None = None) -> Sized:
-    """The fewest replicas whose batches hold the running sequences' SLO percentile at a step
-    time within the ITL SLO, and ``waiting`` sequences started within ``drain_s``.
-    ``kv_sequences``: the sequences a replica's KV cache holds as measured (None: the
-    profile's KV capacity at the mean context)."""
+                    max_replicas: int, waiting: float = 0.0, drain_s: float = 60.0) -> Sized:
+    """The fewest replicas whose batches (the largest within the ITL SLO whose KV fits the
+    profile's cache) hold the running sequences' SLO percentile, and ``waiting`` sequences
+    started within ``drain_s``."""
     point = decode_operating_point(profile, itl_slo_s, load.mean_context_tokens)
-    if kv_sequences is not None and kv_sequences < point.batch:
-        batch = max(1, math.floor(kv_sequences))
-        point = replace(point, batch=batch,
-                        step_s=profile.decode_step_ms(batch, batch * load.mean_context_tokens)
-                        / 1000)
     running = load.arrival_rps * load.mean_output_tokens * point.step_s
     z = NormalDist().inv_cdf(load.quantile)
     tail = running + z * math.sqrt(running * max(load.variability, 0.0)) if running > 0 else 0.0
@@ -191,9 +184,7 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
               f"p{100 * load.quantile:g} {tail:.0f}"
               + (f" + {backlog:.0f} for {waiting:.0f} waiting within {drain_s:.3g} s"
                  if waiting > 0 else "")
-              + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:.3g} ms"
-              + (" (the KV cache's, as measured)" if kv_sequences is not None
-                 and point.batch == max(1, math.floor(kv_sequences)) else "") + ": "
+              + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:.3g} ms: "
               f"predicted ITL {1000 * predicted:.0f} ms at {replicas}")
     if c > max_replicas:
         reason += f"; held to the maximum, {max_replicas}"

@@ -84,25 +84,20 @@ def test_decode_is_sized_for_what_prefill_delivers() -> None:
     assert any("what prefill is sized to deliver" in r for r in burst.reasons)
 
 
-def test_a_kv_cache_fuller_than_the_profile_says_asks_more_decode() -> None:
-    """Running sequences over the cache's used share is what a replica holds: a cache that
-    fills at fewer sequences than the profile's capacity means more replicas; unread, the
-    profile's capacity, and the decision says so."""
-    def decode(**signals: float) -> Any:
-        return _policy().decide(_obs(0, gen=40_000.0, prompt=10_000.0, decode=signals))[KEY_D]
+def test_a_full_kv_cache_asks_more_decode_through_its_waiting_sequences() -> None:
+    """Decode's batch is the profile's (the ITL's and its KV capacity's): a cache fuller than
+    the profile says shows as sequences waiting for a slot, which the backlog sizes for; the
+    usage reading itself moves nothing, so an engine that does not export it loses nothing."""
+    def decode(queue: float = 0.0, **signals: float) -> Any:
+        return _policy().decide(_obs(0, gen=40_000.0, prompt=10_000.0, queue=(0.0, queue),
+                                     decode=signals))[KEY_D]
 
-    roomy = decode(running_requests=40.0, kv_cache_usage_ratio=0.05)
-    full = decode(running_requests=40.0, kv_cache_usage_ratio=0.9)
     unread = decode()
-    # A few long sequences filling the cache say little of the mix's context: under 16 in
-    # the pool (a prompt-length cv2 of 1), the profile's capacity, and the decision says so.
-    few = decode(running_requests=10.0, kv_cache_usage_ratio=0.9)
-    assert full.desired_replicas > roomy.desired_replicas
-    assert few.detail["batch"] == unread.detail["batch"] > full.detail["batch"]
-    assert any("too few to tell" in r for r in few.reasons)
-    assert "the KV cache's, as measured" in full.reasons[1]
-    assert roomy.desired_replicas == unread.desired_replicas
-    assert any("KV usage unread" in r for r in unread.reasons)
+    assert decode(running_requests=40.0, kv_cache_usage_ratio=0.95).desired_replicas == \
+        unread.desired_replicas
+    waiting = decode(queue=4000.0, running_requests=40.0, kv_cache_usage_ratio=0.95)
+    assert waiting.desired_replicas > unread.desired_replicas
+    assert waiting.detail["backlog"] == 4000.0
 
 
 def test_decode_holds_the_tail_of_arrivals_as_bursty_as_prefill_reads_them() -> None:
@@ -172,18 +167,19 @@ def test_the_controller_reads_every_signal_the_policy_uses() -> None:
 
 
 def test_a_reading_is_paired_with_the_replicas_that_made_it() -> None:
-    """Readings are 30 s old: the KV cache a reading shows full was shared by the decode
-    replicas serving then, not by those that joined since; a prefill reading is paired with
-    the replicas ready then (a draining one takes no new prompts)."""
+    """Readings are 30 s old: the running sequences a decode reading shows were shared by
+    the replicas serving then, not by those that joined since; a prefill reading is paired
+    with the replicas ready then (a draining one takes no new prompts)."""
     def decode(ready_then: int) -> Any:
         policy = _policy()
         for t in (0, 15, 30):
             policy.decide(_obs(t, ready=(4, ready_then)))
         return policy.decide(_obs(45, ready=(4, 8), gen=20_000.0, decode={
-            "running_requests": 400.0, "kv_cache_usage_ratio": 0.9}))[KEY_D]
+            "running_requests": 400.0, "itl_p95_s": 0.03}))[KEY_D]
 
-    assert decode(2).detail["batch"] > decode(8).detail["batch"]  # 400/2/0.9 vs 400/8/0.9
-    assert decode(8).detail["batch"] == 55
+    # 400 sequences on 2 replicas step slower by the profile than on 8: the same 30 ms read
+    # says the replicas are faster than the profile (a correction above 1), not slower.
+    assert decode(2).detail["correction"] > 1 > decode(8).detail["correction"]
 
     def prefill(drain_at: int) -> PdscalePolicy:
         policy = _policy()
@@ -251,24 +247,6 @@ def test_the_pools_are_sized_at_the_slo_objective() -> None:
     for looser, stricter in itertools.pairwise(needs):
         assert stricter[0] >= looser[0] and stricter[1] >= looser[1]
     assert needs[-1][0] > needs[0][0] and needs[-1][1] > needs[0][1]
-
-
-def test_the_kv_batch_is_read_over_the_window_not_one_reading() -> None:
-    """Readings of a few long contexts swing the KV each sequence holds from tick to tick:
-    the batch is the window's running sequences over the cache they used, so it stands
-    between the readings and one full reading does not set it alone."""
-    policy = _policy()
-    batches = []
-    for i, usage in enumerate((0.2, 0.8) * 6):
-        out = policy.decide(_obs(15 * i, gen=40_000.0, prompt=10_000.0, decode={
-            "running_requests": 40.0, "kv_cache_usage_ratio": usage}))[KEY_D]
-        batches.append(out.detail["batch"])
-    alone = _policy().decide(_obs(0, gen=40_000.0, prompt=10_000.0, decode={
-        "running_requests": 40.0, "kv_cache_usage_ratio": 0.8}))[KEY_D].detail["batch"]
-    # 40 sequences on 2 replicas using 0.2 and 0.8 of their caches in turn: 40 / (0.5 x 2)
-    # after an even count of readings, 42 after an odd one (one more at 0.2)
-    assert batches[-1] == 40 and batches[-2] == 42
-    assert alone == 25 < min(batches[-4:])
 
 
 @pytest.mark.parametrize("ready,true_k,fixed,busy", [
