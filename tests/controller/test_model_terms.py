@@ -282,3 +282,18 @@ def test_a_latency_beyond_the_range_gives_the_nearest_end() -> None:
     assert _solve(predict, 10.0, 0.5, 2.0) == 0.5  # slower than the lowest correction
     assert _solve(predict, 0.1, 0.5, 2.0) == 2.0
     assert _solve(predict, 1.0, 0.5, 2.0) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_decode_learns_its_correction_only_with_a_running_count() -> None:
+    """Decode's correction compares the step the profile predicts at the running batch with
+    the ITL read: without the running count there is no batch to predict at, so the reading
+    teaches nothing and the decision is the one without a latency reading."""
+    def decode(**signals: float) -> tuple[PdscalePolicy, Any]:
+        policy = _policy()
+        return policy, policy.decide(_obs(0, gen=20_000.0, decode=signals))[KEY_D]
+
+    counted, _ = decode(itl_p95_s=0.03, running_requests=100.0)
+    uncounted, without = decode(itl_p95_s=0.03)
+    assert counted.state[KEY_D].correction.readings == 1
+    assert uncounted.state[KEY_D].correction.readings == 0
+    assert without.desired_replicas == decode()[1].desired_replicas
