@@ -93,7 +93,11 @@ def alertmanager_config(spec: Spec) -> dict[str, Any]:
                 "matchers": ['severity=~"critical|warning"', f'pdscale_service=~"{services}"'],
                 "group_wait": "0s",
                 "group_interval": "30s",
-                "repeat_interval": "5m",
+                # A minute: a critical alert the webhook did not act on (no shortage at that
+                # moment, the pool's cooldown, the rate budget) is judged again on the
+                # present a minute later; one it acted on is deduplicated, so repeats cost
+                # nothing.
+                "repeat_interval": "1m",
                 "continue": True,
             }],
         },
