@@ -391,7 +391,7 @@ def test_a_mixed_run_reads_gauges_from_prometheus_and_latency_from_spans(
     _wait_prom(mixed["prometheus"], "pdscale_otlp_queue_time_seconds_count"
                '{pdscale_service="llama-mixed",pdscale_pool="prefill"}')
     _export("http", mixed["http"], "llama-mixed-prefill-0", reqs[100:], "llm-mixed")
-    gauges = ("kv_cache_usage_ratio", "queue_depth", "running_requests")
+    gauges = ("queue_depth", "running_requests")
 
     def answered_by_both(status: dict[str, Any]) -> bool:
         answered = status["signal_sources"].get("llama-mixed/prefill", {})
