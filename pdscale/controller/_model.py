@@ -17,6 +17,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
+from scipy.optimize import brentq
+
 from pdscale.controller._forecast import ForecastStage
 from pdscale.controller._interface import Cause, Observation, PoolDecision, PoolKey
 from pdscale.controller._interface import PoolObservation as Pool
@@ -70,36 +72,19 @@ class Correction:
 def _solve(predict: Callable[[float], float], observed: float, low: float,
            high: float) -> float:
     """The correction in [low, high] at which ``predict(k)``, falling in k, equals
-    ``observed`` (the nearer end beyond the range), to 2e-5 in log k: Illinois regula falsi
-    on the logs, bisecting where the prediction is infinite (an unstable queue)."""
+    ``observed`` (the nearer end beyond the range), to 2e-5 in log k: Brent's method on the
+    logs, an unstable queue's infinite prediction capped to keep the bracket finite."""
     target = math.log(observed)
 
     def f(x: float) -> float:  # falls as x grows; its root is the correction's log
-        return math.log(predict(math.exp(x))) - target
+        return min(math.log(predict(math.exp(x))) - target, 50.0)
 
     a, b = math.log(low), math.log(high)
-    fa, fb = f(a), f(b)
-    if fa <= 0:
+    if f(a) <= 0:
         return low  # slower than even the lowest correction predicts
-    if fb >= 0:
+    if f(b) >= 0:
         return high
-    kept = 0  # the end kept twice in a row has its value halved
-    for _ in range(60):
-        x = (a * fb - b * fa) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
-        fx = f(x)
-        if abs(fx) < 1e-9 or b - a < 2e-5:
-            return math.exp(x)
-        if fx > 0:
-            a, fa = x, fx
-            if kept == 1:
-                fb /= 2
-            kept = 1
-        else:
-            b, fb = x, fx
-            if kept == -1:
-                fa /= 2
-            kept = -1
-    return math.exp((a + b) / 2)
+    return math.exp(brentq(f, a, b, xtol=2e-5))
 
 
 @dataclass
