@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from pdscale.controller._perf import decode_operating_point
+from pdscale.controller._perf import decode_batch_limit, decode_operating_point
 from pdscale.controller._profiles import InstanceProfile
 
 __all__ = ["DecodeLoad", "PrefillLoad", "Sized", "decode_replicas", "erlang_c",
@@ -179,13 +179,17 @@ def decode_replicas(load: DecodeLoad, profile: InstanceProfile, itl_slo_s: float
     per = want / replicas
     predicted = profile.decode_step_ms(per, per * load.mean_context_tokens) / 1000
     met = c <= max_replicas and predicted <= itl_slo_s + 1e-12
+    bound = (f"at ITL {1000 * itl_slo_s:.3g} ms"
+             if point.batch < decode_batch_limit(profile, load.mean_context_tokens)
+             else "(the engine's max batch)" if point.batch == profile.max_batch
+             else f"(what the KV cache holds at {load.mean_context_tokens:,.0f}-token contexts)")
     reason = (f"{running:.0f} running (lambda {load.arrival_rps:.3g} req/s x "
               f"{load.mean_output_tokens:.0f} tokens x {1000 * point.step_s:.0f} ms), "
               f"p{100 * load.quantile:g} {tail:.0f}"
               + (f" + {backlog:.0f} for {waiting:.0f} waiting within {drain_s:.3g} s"
                  if waiting > 0 else "")
-              + f"; batch <= {point.batch} at ITL {1000 * itl_slo_s:.3g} ms: "
-              f"predicted ITL {1000 * predicted:.0f} ms at {replicas}")
+              + f"; batch <= {point.batch} {bound}: predicted ITL {1000 * predicted:.0f} ms "
+              f"at {replicas}")
     if c > max_replicas:
         reason += f"; held to the maximum, {max_replicas}"
     terms = {"arrival_rps": load.arrival_rps, "running": running, "running_quantile": tail,

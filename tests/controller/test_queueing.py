@@ -100,7 +100,8 @@ def test_decode_replicas_by_hand() -> None:
     sized = decode_replicas(load, PROFILE, 0.05, max_replicas=64)
     assert sized.replicas == math.ceil(tail / point.batch)
     assert sized.met and sized.predicted_s <= 0.05
-    assert f"batch <= {point.batch} at ITL 50 ms" in sized.reason
+    assert f"batch <= {point.batch} (what the KV cache holds at 2,150-token contexts)" in \
+        sized.reason
     # Waiting sequences hold their slots for their outputs: over a drain of one step each
     # is one more running; over 60 s, output x step / 60 of one.
     more = decode_replicas(load, PROFILE, 0.05, max_replicas=64, waiting=3 * point.batch,
@@ -111,6 +112,21 @@ def test_decode_replicas_by_hand() -> None:
 
 
 RATES = st.floats(min_value=0.0, max_value=400.0, allow_nan=False)
+
+
+@pytest.mark.parametrize("context,itl_s,bound", [
+    (300.0, 0.02, "at ITL 20 ms"),
+    (300.0, 0.1, "(the engine's max batch)"),
+    (12_000.0, 0.1, "(what the KV cache holds at 12,000-token contexts)")])
+def test_decode_names_the_bound_on_its_batch(context: float, itl_s: float, bound: str) -> None:
+    """The batch is the ITL's, the engine's cap or the KV cache's, and the decision says
+    which: a KV-bound batch runs far under the ITL SLO, and the reason must not read as if
+    the ITL set it."""
+    load = DecodeLoad(arrival_rps=40.0, mean_output_tokens=300.0,
+                      mean_context_tokens=context, variability=1.0, quantile=0.95)
+    sized = decode_replicas(load, PROFILE, itl_s, max_replicas=64)
+    point = decode_operating_point(PROFILE, itl_s, context)
+    assert f"batch <= {point.batch} {bound}:" in sized.reason
 
 
 @given(RATES, RATES, st.floats(min_value=0.05, max_value=2.0))

@@ -74,3 +74,5 @@ def test_the_decode_pool_of_the_worked_example() -> None:
     assert d["running_quantile"] == pytest.approx(929, abs=0.5)  # v = 2, the fallback
     assert d["predicted_s"] == pytest.approx(0.033, abs=5e-4)
     assert decode.desired_replicas == 5
+    assert "batch <= 198 (what the KV cache holds at 2,125-token contexts)" in \
+        decode.reasons[1]
