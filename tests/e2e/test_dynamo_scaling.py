@@ -324,12 +324,20 @@ def test_a_critical_alert_from_real_metrics_reaches_the_webhook_and_acts(
         return None if pool is None else pool.signals.get(Signal.TTFT_P95_RECENT_S)
 
     # As after a recovery: requests Prometheus has seen within the SLO over the last minute.
-    thread, _ = _load(run, _trace(4, 3.0, 32, 8), 3.5)
-    thread.join(timeout=30)
-    # A scrape, the recording rules' evaluation and a tick after the replay: 60 s leaves room
-    # for a loaded machine (30 s ran out once, under a full test run on two cores).
-    eventually(lambda: ttft_recent() is not None, 60, "the last minute's TTFT read",
-               lambda: _summary(run))
+    # A scrape, the recording rules' evaluation and a tick must follow the replay within that
+    # minute; on a loaded machine they may not (60 s ran out once, under a full test run on
+    # two slow cores), and then the requests have aged out of the window: replay again.
+    def read_after_light_load() -> bool:
+        thread, _ = _load(run, _trace(4, 3.0, 32, 8), 3.5)
+        thread.join(timeout=30)
+        try:
+            eventually(lambda: ttft_recent() is not None, 40, "the last minute's TTFT read")
+        except AssertionError:
+            return False
+        return True
+
+    assert any(read_after_light_load() for _ in range(3)), \
+        f"the last minute's TTFT never read after three light replays: {_summary(run)}"
     _post(run, burn, "stack-secret")
     eventually(lambda: outcomes(burn["labels"]["alertname"]), 10, "the burn alert processed")
     record = next(r for r in receiver.records if r.alertname == burn["labels"]["alertname"])
