@@ -39,7 +39,8 @@ POLICY_SIGNALS = (Signal.PROMPT_TOKENS_PER_S, Signal.GENERATION_TOKENS_PER_S,
                   Signal.PREFIX_CACHE_HIT_RATIO, Signal.TTFT_P95_S, Signal.ITL_P95_S,
                   Signal.QUEUE_DEPTH, Signal.REQUEST_RATE, Signal.PROMPT_TOKENS_COMPUTED_PER_S,
                   Signal.TTFT_P95_RECENT_S, Signal.PROMPT_TOKENS_PEAK_PER_S,
-                  Signal.PROMPT_TOKENS_DISPERSION, Signal.RUNNING_REQUESTS)
+                  Signal.PROMPT_TOKENS_DISPERSION, Signal.RUNNING_REQUESTS,
+                  Signal.ITL_P50_S)
 """What the policy reads each tick (one query each, for all pools)."""
 HEALTH_SIGNALS = (Signal.SAMPLE_AGE_S, Signal.TARGETS_UP, Signal.TARGETS)
 """How old the pool's engine samples are and how many of its scrape targets answer: read

@@ -368,6 +368,11 @@ class PdscalePolicy:
             running = pool.signals.get(Signal.RUNNING_REQUESTS)
             if running is None or running <= 0:
                 return
+            if finite(median := pool.signals.get(Signal.ITL_P50_S)) and median > 0:
+                observed = median  # the step at the mean batch predicts the median ITL
+            else:
+                notes.append("ITL p50 unread: the correction compares the p95 with the step at "
+                             "the mean batch, which reads the engine slower than it is")
             per = running / (ready + draining)  # a draining decode replica still decodes
             # The step the profile predicts at the running batch, over the one read.
             implied = st.profile.decode_step_ms(per, per * (st.prompt() + st.output() / 2)

@@ -297,3 +297,27 @@ def test_decode_learns_its_correction_only_with_a_running_count() -> None:
     assert counted.state[KEY_D].correction.readings == 1
     assert uncounted.state[KEY_D].correction.readings == 0
     assert without.desired_replicas == decode()[1].desired_replicas
+
+
+def test_decode_learns_from_the_median_itl_like_with_like() -> None:
+    """The step at the mean running batch predicts the median ITL, not the p95 (the batch
+    and the contexts vary around their means): an engine at exactly its profile's speed
+    whose median ITL is that step keeps a correction of 1 whatever its p95 reads. Without
+    the median the p95 is used, reads the engine slower than it is, and the decision says
+    so."""
+    running, ready = 100.0, 2
+    per = running / ready
+    step = H100.decode_step_ms(per, per * (2000.0 + 200.0 / 2)) / 1000
+
+    def correction(**itl: float) -> tuple[float, tuple[str, ...]]:
+        policy = _policy()
+        decision = policy.decide(_obs(0, gen=20_000.0,
+                                      decode={"running_requests": running, **itl}))[KEY_D]
+        return policy.state[KEY_D].correction.value, decision.reasons
+
+    exact, reasons = correction(itl_p50_s=step, itl_p95_s=1.5 * step)
+    assert exact == pytest.approx(1.0, abs=1e-9)
+    assert not any("ITL p50 unread" in r for r in reasons)
+    slower, reasons = correction(itl_p95_s=1.5 * step)
+    assert slower < 0.95  # a fifth of the way to 1 / 1.5
+    assert any("ITL p50 unread" in r for r in reasons)
