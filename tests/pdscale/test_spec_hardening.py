@@ -163,8 +163,10 @@ def test_quantified_pod_regexes_generate_working_promtool_tests(
     assert batch and all(re.fullmatch(regex, pod) for pod in batch), batch
     if regex != QUANTIFIED[0]:
         return  # promtool reads one shape's tests as it reads another's: run it once
+    # A bound on a hung promtool, as in tests/alerts/test_promtool.py: these rule tests take
+    # about a minute alone and over 120 s on two slow cores beside the other tests.
     out = subprocess.run([promtool, "test", "rules", *tests], cwd=tmp_path / "tests",
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
 
 
