@@ -18,6 +18,7 @@ from pdscale.alerts._promtool import (
 )
 from pdscale.spec import Spec, parse_spec
 from tests.conftest import ROOT, need_tool
+from tests.promtool_split import run_split, split
 
 
 def _write(spec: Spec, out: Path) -> Path:
@@ -29,32 +30,17 @@ def _write(spec: Spec, out: Path) -> Path:
 
 
 def _only(tests_dir: Path, name: str, alert: str) -> str:
-    """Write the generated test file ``name`` keeping only the groups that test ``alert`` (the
-    others are run by :func:`test_promtool_checks_and_runs_generated_tests`); its name."""
-    import yaml
-
-    doc = yaml.safe_load((tests_dir / name).read_text())
-    groups = [g for g in doc["tests"]
-              if any(t.get("alertname") == alert for t in g.get("alert_rule_test", []))]
-    assert groups, f"no generated test of {alert} in {name}"
-    kept = f"only-{alert}.{name}"
-    (tests_dir / kept).write_text(yaml.safe_dump({**doc, "tests": groups}, sort_keys=False))
-    return kept
-
-
-def _run_all(commands: list[list[str]], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
-    """Run promtool processes side by side (one per test file) and wait for all."""
-    procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for c in commands]
-    results = []
-    for cmd, proc in zip(commands, procs, strict=True):
-        out, _ = proc.communicate(timeout=600)
-        results.append(subprocess.CompletedProcess(cmd, proc.returncode, out))
-    return results
+    """The part of the generated test file ``name`` that tests ``alert``, against the rules it
+    reads (:func:`tests.promtool_split.split`); its name."""
+    parts = [p for p in split(tests_dir, name) if p.endswith(f"-{alert}.test.yml")]
+    assert parts, f"no generated test of {alert} in {name}"
+    return parts[0]
 
 
 def test_promtool_checks_and_runs_generated_tests(example: tuple[str, Spec],
                                                   tmp_path: Path) -> None:
+    """Every generated scenario passes, each alert's against the rules it reads (see
+    tests/promtool_split.py; the whole files run as shipped in the next test)."""
     promtool = need_tool("promtool")
     _, spec = example
     out = _write(spec, tmp_path)
@@ -62,11 +48,24 @@ def test_promtool_checks_and_runs_generated_tests(example: tuple[str, Spec],
     check = subprocess.run([promtool, "check", "rules", *rule_files], capture_output=True,
                            text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
-    tests = sorted((out / "tests").glob("*.test.yml"))
+    tests = sorted(p.name for p in (out / "tests").glob("*.test.yml"))
     assert len(tests) >= 2 * len(spec.services)
-    for result in _run_all([[promtool, "test", "rules", t.name] for t in tests],
-                           out / "tests"):
-        assert result.returncode == 0, result.stdout[-4000:]
+    results = run_split(promtool, out / "tests", tests)
+    assert len(results) > len(tests)
+    for result in results:
+        assert result.returncode == 0, f"{result.args[-1]}: {result.stdout[-4000:]}"
+
+
+def test_generated_test_files_run_as_shipped(tmp_path: Path) -> None:
+    """A generated test file runs whole against the whole rule file, as a user runs it: one
+    service's hour-window tests (the cheapest file: promtool replays every rule for every
+    scenario, so a service's main file takes about a minute)."""
+    promtool = need_tool("promtool")
+    out = _write(parse_spec((ROOT / "examples" / "sglang.yaml").read_text()), tmp_path)
+    (test,) = (out / "tests").glob("*.step5m.test.yml")
+    result = subprocess.run([promtool, "test", "rules", test.name], cwd=test.parent,
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-4000:]
 
 
 def test_a_broken_rule_fails_the_generated_tests(tmp_path: Path) -> None:
