@@ -318,7 +318,7 @@ class PdscalePolicy:
         ``h`` read at ``r`` ready are about ``h r / c`` at ``c > r``, so the count is the
         fixed point of sizing at the hits it implies (prefix-aware routing: ``h`` holds)."""
         read_at = st.serving_at(pool.data_time_s)[0]
-        at, counted = hit, None
+        at, counted = hit, dict[int, tuple[Sized, float | None]]()
         while True:
             fallbacks: list[str] = []
             model = self._prefill(st, pool, load, at, st.correction.value, st.objective,
@@ -326,9 +326,12 @@ class PdscalePolicy:
             sized = prefill_replicas(model, st.slo_s, max_replicas=pool.replicas.max_replicas,
                                      queued=backlog, drain_s=lead)
             if st.prefix_aware or not hit or read_at < 1 or sized.replicas <= read_at \
-                    or sized.replicas == counted:
+                    or sized.replicas in counted:
                 break
-            counted, at = sized.replicas, hit * read_at / sized.replicas
+            counted[sized.replicas] = sized, at
+            at = hit * read_at / sized.replicas
+        if counted and max(counted) > sized.replicas:  # counts that cycle: the larger
+            sized, at = counted[max(counted)]
         notes.extend(fallbacks)
         # What prefill delivers to decode: its arrivals and its backlog drained over the lead.
         self.service_rps[pool.key[0]] = model.arrival_rps + backlog / lead

@@ -225,6 +225,26 @@ def test_load_balanced_routing_expects_fewer_prefix_hits_on_a_larger_pool() -> N
     assert balanced.detail["arrival_rps"] == pytest.approx(aware.detail["arrival_rps"])
 
 
+def test_counts_that_cycle_under_expected_hits_end_at_the_larger(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count at the hits it implies is found by iteration; where sizing is not monotone
+    in a prompt's work (e.g. as the percentile prompt's prefill crosses the SLO) the counts
+    can alternate. The iteration stops at the first repeat and keeps the larger count, where
+    it used to loop for ever."""
+    from pdscale.controller import _model
+
+    real, calls = _model.prefill_replicas, []
+
+    def alternating(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return dataclasses.replace(real(*args, **kwargs), replicas=6 if len(calls) % 2 else 8)
+
+    monkeypatch.setattr(_model, "prefill_replicas", alternating)
+    decided = _with_hits(_policy(), 500_000.0, 0.8)
+    assert decided.desired_replicas == 8 and len(calls) == 3
+    assert decided.detail["prefix_hit_sized"] == pytest.approx(0.8 * 2 / 6)
+
+
 def test_prefix_hits_read_hold_on_a_pool_that_does_not_grow() -> None:
     """A load the ready replicas serve: no count beyond them, so no fall in hits to plan."""
     quiet = _with_hits(_policy(), 2_000.0, 0.8, ready=4)
