@@ -308,11 +308,15 @@ def test_short_history_still_forecasts() -> None:
 
 
 def test_backtest_refits_on_a_growing_history() -> None:
+    # A refit at every origin: short-history fits first, boosted trees once the history
+    # allows (each a boosted fit, the test's cost).
     t, y = daily_series(1)
-    series = regularize(t[:60], y[:60], resolution_s=RES)
-    result = backtest(series, {"gb": QuantileGBForecaster(resolution_s=RES)},
-                      horizons_s=(600, 1800), train_steps=5, season_steps=1, refit_every=1)
-    assert result.forecasts["gb"].shape == (60 - 3 - 4, 2, 2)
+    series = regularize(t[:36], y[:36], resolution_s=RES)
+    model = QuantileGBForecaster(resolution_s=RES)
+    result = backtest(series, {"gb": model}, horizons_s=(600, 1800), train_steps=5,
+                      season_steps=1, refit_every=1)
+    assert result.forecasts["gb"].shape == (36 - 3 - 4, 2, 2)
+    assert model.mode_ == "trees"
     assert np.all(np.isfinite(result.forecasts["gb"]))
     with pytest.raises(ValueError, match="'refit_every' parameter"):
         backtest(series, {"gb": LastValue(resolution_s=RES)}, horizons_s=(600,),
