@@ -227,10 +227,10 @@ def test_load_balanced_routing_expects_fewer_prefix_hits_on_a_larger_pool() -> N
 
 def test_counts_that_cycle_under_expected_hits_end_at_the_larger(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The count at the hits it implies is found by iteration; where sizing is not monotone
-    in a prompt's work (e.g. as the percentile prompt's prefill crosses the SLO) the counts
-    can alternate. The iteration stops at the first repeat and keeps the larger count, where
-    it used to loop for ever."""
+    """The count at the hits it implies is found by iteration; a sizing not monotone in a
+    prompt's work (one whose criterion loosens once the percentile prompt's prefill passes
+    the SLO) can make the counts alternate. The iteration stops at the first repeat and
+    keeps the larger count, where it used to loop for ever."""
     from pdscale.controller import _model
 
     real, calls = _model.prefill_replicas, []
