@@ -6,7 +6,7 @@ times (48 s for one vLLM service). A scenario of one alert reads only that alert
 the recording rules they read, so running each alert's groups against exactly those rules
 checks the same expectations at a tenth of the cost. What is dropped cannot change a result:
 an unrelated rule writes series no kept rule or check reads. ``promtool check rules`` still
-reads the whole file, and tests/alerts/test_promtool.py runs one example's files unsplit.
+reads the whole file, and tests/alerts/test_promtool.py runs one generated file unsplit.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def _needed(rules: list[dict[str, Any]], exprs: Iterable[str]) -> set[int]:
     return keep
 
 
-def _pruned(rule_doc: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
-    """``rule_doc`` keeping the alerts ``group`` tests and the recording rules its checks and
-    those alerts read (order and rule groups as they were)."""
-    alerts = {t["alertname"] for t in group.get("alert_rule_test", [])}
+def _pruned(rule_doc: dict[str, Any], groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """``rule_doc`` keeping the alerts the test ``groups`` test and the recording rules their
+    checks and those alerts read (order and rule groups as they were)."""
+    alerts = {t["alertname"] for g in groups for t in g.get("alert_rule_test", [])}
     flat = [r for g in rule_doc["groups"] for r in g["rules"]]
     exprs = [r["expr"] for r in flat if r.get("alert") in alerts]
-    exprs += [t["expr"] for t in group.get("promql_expr_test", [])]
+    exprs += [t["expr"] for g in groups for t in g.get("promql_expr_test", [])]
     if any("ALERTS" in e for e in exprs):  # reads other alerts' state: keep every rule
         return rule_doc
     keep_ids = {id(flat[i]) for i in _needed(flat, exprs)}
@@ -75,10 +75,8 @@ def split(tests_dir: Path, name: str) -> list[str]:
     out = []
     stem = name.removesuffix(".yml")
     for i, (key, groups) in enumerate(sorted(by_key.items())):
-        merged = {"alert_rule_test": [t for g in groups for t in g.get("alert_rule_test", [])],
-                  "promql_expr_test": [t for g in groups for t in g.get("promql_expr_test", [])]}
         rules = f"{stem}.{i}-{key}.rules.yml"
-        (tests_dir / rules).write_text(yaml.dump(_pruned(rule_doc, merged), Dumper=_Dumper,
+        (tests_dir / rules).write_text(yaml.dump(_pruned(rule_doc, groups), Dumper=_Dumper,
                                                  sort_keys=False))
         test = f"{stem}.{i}-{key}.test.yml"
         (tests_dir / test).write_text(yaml.dump(

@@ -141,7 +141,6 @@ QUANTIFIED = ["llama-batch-p-[a-z0-9]{5}", "llama-batch-p-(a|b)-\\d+",
 def test_quantified_pod_regexes_generate_working_promtool_tests(
         regex: str, tmp_path: Path) -> None:
     """A pod regex with a brace quantifier used to raise KeyError: 'pod' in generate."""
-
     from tests.conftest import need_tool
     from tests.promtool_split import run_split
 
