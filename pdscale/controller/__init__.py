@@ -24,7 +24,7 @@ from pdscale.controller._interface import (
     PoolObservation,
     PoolReplicas,
 )
-from pdscale.controller._model import PdscalePolicy
+from pdscale.controller._model import PdscalePolicy, build_forecasts, build_policy
 from pdscale.controller._observe import ColdStartTracker
 from pdscale.controller._perf import (
     HEADROOM,
@@ -34,7 +34,6 @@ from pdscale.controller._perf import (
     prefill_capacity,
     uncached_prefill_demand,
 )
-from pdscale.controller._policy import build_forecasts, build_policy
 from pdscale.controller._profiles import (
     InstanceProfile,
     ProfileError,

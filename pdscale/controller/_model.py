@@ -1,4 +1,5 @@
-"""pdscale's policy: each pool sized by the queueing model (:mod:`controller._queueing`).
+"""pdscale's policy: each pool sized by the queueing model (:mod:`controller._queueing`),
+and the policy built from a spec (:func:`build_policy`).
 
 Per pool and tick (docs/sizing.md has the equations and a worked example): read its cold
 starts, demand and latency (missing demand holds it); size for the larger of the demand now
@@ -33,7 +34,7 @@ from pdscale.controller._observe import (
     usable_length,
 )
 from pdscale.controller._perf import uncached_prefill_demand
-from pdscale.controller._profiles import InstanceProfile
+from pdscale.controller._profiles import InstanceProfile, load_profile
 from pdscale.controller._queueing import (
     DecodeLoad,
     PrefillLoad,
@@ -42,10 +43,10 @@ from pdscale.controller._queueing import (
     predicted_ttft_s,
     prefill_replicas,
 )
-from pdscale.spec import ControllerSettings, Role
+from pdscale.spec import ControllerSettings, Role, Spec
 from pdscale.telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
-__all__ = ["Correction", "PdscalePolicy"]
+__all__ = ["Correction", "PdscalePolicy", "build_forecasts", "build_policy"]
 
 PROMPT_TOKENS_UNREAD, OUTPUT_TOKENS_UNREAD = 1000.0, 200.0
 """The lengths planned for before the first length reading (the decision says so)."""
@@ -199,7 +200,10 @@ class PdscalePolicy:
             self.forecasts.observe(key, pool.data_time_s, demand)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
-        load = max(demand, self._peak(pool, demand, notes),
+        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)  # 5-minute mean lags a rise
+        if key[1] is Role.PREFILL and not finite(peak):
+            notes.append("peak minute unread: the 5-minute mean rate")
+        load = max(demand, peak if key[1] is Role.PREFILL and finite(peak) else 0.0,
                    forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(st, pool, demand, hit, notes)
         sized = self._size(st, pool, load, hit, lead, notes)
@@ -238,16 +242,6 @@ class PdscalePolicy:
         notes.append(f"queue grew {queue - before[1]:.0f} in {pool.data_time_s - before[0]:.0f}"
                      f" s: {per_s:.3g} req/s more arrive than are served")
         return per_s * (st.prompt() if pool.key[1] is Role.PREFILL else st.output())
-
-    @staticmethod
-    def _peak(pool: Pool, demand: float, notes: list[str]) -> float:
-        """Prefill: the rate window's busiest minute (the 5-minute mean lags a rise)."""
-        if pool.key[1] is not Role.PREFILL:
-            return demand
-        if not finite(peak := pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)):
-            notes.append("peak minute unread: the 5-minute mean rate")
-            return demand
-        return peak
 
     @staticmethod
     def _read_lengths(st: PoolModelState, pool: Pool, service_prompt: float | None,
@@ -411,3 +405,35 @@ def _corrected(load: PrefillLoad, correction: float) -> PrefillLoad:
     q = load.service_quantile_s
     return replace(load, mean_service_s=load.mean_service_s / correction,
                    service_quantile_s=None if q is None else q / correction)
+
+
+def _pools(spec: Spec, cold_start_s: Mapping[PoolKey, float] | None
+           ) -> dict[PoolKey, tuple[InstanceProfile, float, float]]:
+    """Each pool's profile, SLO (TTFT p95 for prefill, ITL p95 for decode) and cold start p90
+    (``cold_start_p90_s``, or the caller's where it knows better, as the simulator does)."""
+    return {(svc.name, role): (
+        load_profile(pool.profile),
+        svc.slo.ttft_p95_s if role is Role.PREFILL else svc.slo.itl_p95_s,
+        (cold_start_s or {}).get((svc.name, role), pool.cold_start_p90_s))
+        for svc in spec.services for role, pool in svc.pools.items()}
+
+
+def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None = None
+                    ) -> ForecastStage:
+    """The forecast stage for every pool of the spec (its controller settings)."""
+    tick = float(spec.controller.tick)
+    leads = {key: cold + tick for key, (_, _, cold) in _pools(spec, cold_start_s).items()}
+    return ForecastStage(leads, spec.controller)
+
+
+def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
+                 cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
+    """pdscale's policy for every pool of the spec; ``forecasts`` (from
+    :func:`build_forecasts`; None: size on the current demand) is the stage the loop refits."""
+    pools = _pools(spec, cold_start_s)
+    return PdscalePolicy(spec.controller, {k: p for k, (p, _, _) in pools.items()},
+                         {k: slo for k, (_, slo, _) in pools.items()},
+                         {k: cold for k, (_, _, cold) in pools.items()}, forecasts=forecasts,
+                         prefix_aware={svc.name for svc in spec.services
+                                       if svc.routing == "prefix_aware"},
+                         objective={svc.name: svc.slo.objective for svc in spec.services})

@@ -49,24 +49,26 @@ def usable_length(reading: float | None) -> TypeGuard[float]:
 
 @dataclass
 class ColdStartTracker:
-    """Time from a scale-up to the replicas being ready; a running p90 of recent ones."""
+    """Time from a scale-up to the replicas being ready: ``p90_s``, the p90 of the last 50
+    (``default_s`` until three are timed)."""
 
     default_s: float
     samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    p90_s: float = field(init=False)
     _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
-    _p90_cache: tuple[tuple[int, float], float] | None = None
+
+    def __post_init__(self) -> None:
+        self.p90_s = self.default_s
 
     def asked(self, now_s: float, ready_target: int) -> None:
         self._pending.append((now_s, ready_target))
 
     def observe(self, now_s: float, ready: int) -> None:
-        still = []
-        for asked_at, target in self._pending:
-            if ready >= target:
-                self.samples.append(now_s - asked_at)
-            else:
-                still.append((asked_at, target))
-        self._pending = still
+        timed = [now_s - at for at, target in self._pending if ready >= target]
+        self._pending = [(at, target) for at, target in self._pending if ready < target]
+        self.samples.extend(timed)
+        if timed and len(self.samples) >= 3:
+            self.p90_s = float(np.percentile(np.array(self.samples), 90))
 
     def forget_pending(self) -> None:
         """Drop the scale-ups still waiting to be ready: the pool went unobserved, so when
@@ -75,15 +77,6 @@ class ColdStartTracker:
 
     def cancel_above(self, target: int) -> None:
         self._pending = [(t, n) for t, n in self._pending if n <= target]
-
-    @property
-    def p90_s(self) -> float:
-        if len(self.samples) < 3:
-            return self.default_s
-        key = (len(self.samples), self.samples[-1])
-        if self._p90_cache is None or self._p90_cache[0] != key:
-            self._p90_cache = (key, float(np.percentile(np.array(self.samples), 90)))
-        return self._p90_cache[1]
 
 
 def prefix_hits(pool: PoolObservation, prompt_tokens_per_s: float) -> float | None:

@@ -30,7 +30,7 @@ from pdscale.controller._kube import (
     ScaleStatus,
 )
 from pdscale.controller._leader import LeaseElector
-from pdscale.controller._policy import build_forecasts, build_policy
+from pdscale.controller._model import build_forecasts, build_policy
 from pdscale.controller._reconciler import AdapterError, Clock, Reconciler, SystemClock
 from pdscale.controller._simbackend import SimBackend
 from pdscale.controller._webhook import AlertReceiver, WebhookAuthenticator
