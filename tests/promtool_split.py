@@ -61,10 +61,10 @@ def _pruned(rule_doc: dict[str, Any], groups: list[dict[str, Any]]) -> dict[str,
     return {"groups": groups}
 
 
-def split(tests_dir: Path, name: str) -> list[str]:
+def split(tests_dir: Path, name: str, only: str | None = None) -> list[str]:
     """Write ``name``'s groups into one test file per alert (and one for checks of recording
     rules), each with its own pruned rule file beside it; their names, relative to
-    ``tests_dir``."""
+    ``tests_dir``. ``only``: write just the part of that alert (or ``recording``)."""
     doc = yaml.load((tests_dir / name).read_text(), _Loader)
     (rule_file,) = doc["rule_files"]
     rule_doc = yaml.load((tests_dir / rule_file).read_text(), _Loader)
@@ -75,6 +75,8 @@ def split(tests_dir: Path, name: str) -> list[str]:
     out = []
     stem = name.removesuffix(".yml")
     for i, (key, groups) in enumerate(sorted(by_key.items())):
+        if only is not None and key != only:
+            continue
         rules = f"{stem}.{i}-{key}.rules.yml"
         (tests_dir / rules).write_text(yaml.dump(_pruned(rule_doc, groups), Dumper=_Dumper,
                                                  sort_keys=False))

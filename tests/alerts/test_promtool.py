@@ -32,7 +32,7 @@ def _write(spec: Spec, out: Path) -> Path:
 def _only(tests_dir: Path, name: str, alert: str) -> str:
     """The part of the generated test file ``name`` that tests ``alert``, against the rules it
     reads (:func:`tests.promtool_split.split`); its name."""
-    parts = [p for p in split(tests_dir, name) if p.endswith(f"-{alert}.test.yml")]
+    parts = split(tests_dir, name, only=alert)
     assert parts, f"no generated test of {alert} in {name}"
     return parts[0]
 
