@@ -200,11 +200,13 @@ class PdscalePolicy:
             self.forecasts.observe(key, pool.data_time_s, demand)
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
-        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S)  # 5-minute mean lags a rise
-        if key[1] is Role.PREFILL and not finite(peak):
+        # Prefill's busiest minute: the 5-minute mean lags a rise.
+        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S) if key[1] is Role.PREFILL \
+            else 0.0
+        if not finite(peak):
             notes.append("peak minute unread: the 5-minute mean rate")
-        load = max(demand, peak if key[1] is Role.PREFILL and finite(peak) else 0.0,
-                   forecast.sized_value if forecast is not None else 0.0)
+            peak = 0.0
+        load = max(demand, peak, forecast.sized_value if forecast is not None else 0.0)
         self._calibrate(st, pool, demand, hit, notes)
         sized = self._size(st, pool, load, hit, lead, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
