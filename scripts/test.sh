@@ -4,10 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Dynamo's venv installs beside pdscale's (they share nothing); a failure in either stops here.
-scripts/dynamo-setup.sh &
+# Its own process group (setsid), so a set-up that fails stops its pip install too.
+setsid scripts/dynamo-setup.sh &
 dynamo=$!
+trap 'kill -- "-$dynamo" 2>/dev/null || true' EXIT
 scripts/setup.sh
 wait "$dynamo"
+trap - EXIT
 scripts/system-deps.sh
 PKGS="pdscale"
 echo "==> ruff"

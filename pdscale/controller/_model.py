@@ -75,10 +75,8 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
     """The correction in [low, high] at which ``predict(k)``, falling in k, equals
     ``observed`` (the nearer end beyond the range), to 2e-5 in log k: Brent's method on the
     logs, an unstable queue's infinite prediction capped to keep the bracket finite."""
-    target = math.log(observed)
-
     def f(x: float) -> float:  # falls as x grows; its root is the correction's log
-        return min(math.log(predict(math.exp(x))) - target, 50.0)
+        return min(math.log(predict(math.exp(x))) - math.log(observed), 50.0)
 
     a, b = math.log(low), math.log(high)
     if f(a) <= 0:
@@ -98,21 +96,14 @@ class PoolModelState:
     correction: Correction = field(default_factory=Correction)
     prompt_tokens: float | None = None
     output_tokens: float | None = None
-    queue_seen: tuple[float, float] | None = None
-    """(data time, queue) of the last reading."""
-    growth_rps: float = 0.0
-    """Requests/s the queue grew by at the last reading (0 when it did not)."""
-    queued_at: float = -math.inf
-    """Data time a backlog was last seen (for prefill: or a wait for a decode slot)."""
-    active_seen: int | None = None
-    """Ready plus starting replicas at the last tick: a rise is replicas starting."""
+    queue_seen: tuple[float, float] | None = None  # (data time, queue) last read
+    growth_rps: float = 0.0  # requests/s the queue grew by at the last reading
+    queued_at: float = -math.inf  # data time a backlog was last seen
     serving: deque[tuple[float, int, int]] = field(default_factory=deque)
     """(time, ready, draining) at each tick of the last two rate windows: a reading is
     paired with the replicas that produced it, not those of now."""
-    needs: deque[tuple[float, int]] = field(default_factory=deque)
-    """The stabilisation window's needs: the pool scales down to their highest."""
-    prefix_aware: bool = False
-    """Whether the router sends a prompt to the replica holding its prefix."""
+    needs: deque[tuple[float, int]] = field(default_factory=deque)  # (time, need) in window
+    prefix_aware: bool = False  # the router sends a prompt to the replica with its prefix
 
     def serving_at(self, t: float) -> tuple[int, int]:
         """(ready, draining) last seen at or before ``t`` (before the first look: its)."""
@@ -129,24 +120,24 @@ class PoolModelState:
 
 
 class PdscalePolicy:
-    """See the module docstring. ``objective``: each service's ``slo.objective``."""
+    """See the module docstring. ``pools``: each pool's profile, SLO (s) and cold start p90
+    (s); ``objective``: each service's ``slo.objective``."""
 
     name = "pdscale"
 
-    def __init__(self, settings: ControllerSettings, profiles: Mapping[PoolKey, InstanceProfile],
-                 slo_s: Mapping[PoolKey, float], cold_start_s: Mapping[PoolKey, float], *,
+    def __init__(self, settings: ControllerSettings,
+                 pools: Mapping[PoolKey, tuple[InstanceProfile, float, float]], *,
                  forecasts: ForecastStage | None, objective: Mapping[str, float],
                  prefix_aware: Collection[str] = ()) -> None:
         self.settings, self.forecasts = settings, forecasts
         self.tick_s = float(settings.tick)
+        # Per service, this tick: the requests/s prefill is sized to deliver (decode's floor)
+        # and the prompt tokens' index of dispersion over the mean prompt.
         self.service_rps: dict[str, float] = {}
-        """Service -> requests/s its prefill is sized to deliver this tick (decode's floor)."""
         self.service_dispersion: dict[str, float] = {}
-        """Service -> its prompt tokens' index of dispersion over the mean prompt."""
-        self.state = {key: PoolModelState(profile, slo_s[key],
-                                          ColdStartTracker(cold_start_s[key]), objective[key[0]],
+        self.state = {key: PoolModelState(profile, slo, ColdStartTracker(cold), objective[key[0]],
                                           prefix_aware=key[0] in prefix_aware)
-                      for key, profile in profiles.items()}
+                      for key, (profile, slo, cold) in pools.items()}
 
     def lead_s(self, key: PoolKey) -> float:
         return self.state[key].cold_start.p90_s + self.tick_s
@@ -159,18 +150,15 @@ class PdscalePolicy:
         for key, st in self.state.items():
             if key not in observation.pools:
                 st.cold_start.forget_pending()
-                st.active_seen = None
         for key, pool in observation.pools.items():
             # A backlog: more prompts waiting than prefill replicas, or any sequence waiting
             # for a decode slot (decode is sized for none), which TTFT includes too.
-            queue = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0
-            if key[1] is Role.DECODE:
-                marked = [key, (key[0], Role.PREFILL)] if queue > 0 else []
-            else:
-                marked = [key] if queue > max(0, pool.replicas.ready) else []
-            for other in marked:
-                if other in self.state:
-                    self.state[other].queued_at = pool.data_time_s
+            decode = key[1] is Role.DECODE
+            if (pool.signals.get(Signal.QUEUE_DEPTH) or 0.0) > (0 if decode else
+                                                                pool.replicas.ready):
+                for other in (key, (key[0], Role.PREFILL)) if decode else (key,):
+                    if other in self.state:
+                        self.state[other].queued_at = pool.data_time_s
         # Prefill first: decode's arrivals are at least what prefill is sized to deliver.
         self.service_rps, self.service_dispersion = {}, {}
         order = sorted((k for k in observation.pools if k in self.state),
@@ -181,10 +169,7 @@ class PdscalePolicy:
     def _decide(self, key: PoolKey, pool: Pool, now: float,
                 service_prompt: float | None) -> PoolDecision:
         st, r = self.state[key], pool.replicas
-        st.cold_start.observe(now, r.ready)
-        if st.active_seen is not None and r.active > st.active_seen:
-            st.cold_start.asked(now, r.active)  # timed from when replicas started
-        st.active_seen = r.active
+        st.cold_start.observe(now, r.ready, r.active)
         st.serving.append((now, r.ready, r.draining))
         while st.serving and st.serving[0][0] < now - 2 * RATE_WINDOW_S:
             st.serving.popleft()
@@ -192,7 +177,8 @@ class PdscalePolicy:
         if not finite(demand):
             return degraded_decision(key, pool, st.cold_start.p90_s)
         notes: list[str] = []
-        hit = prefix_hits(pool, demand) if key[1] is Role.PREFILL else None
+        prefill = key[1] is Role.PREFILL
+        hit = prefix_hits(pool, demand) if prefill else None
         self._read_lengths(st, pool, service_prompt, notes)
         lead = self.lead_s(key)
         demand += self._queue_growth(st, pool, notes)
@@ -201,12 +187,10 @@ class PdscalePolicy:
         forecast, fc_note = forecast_for(self.forecasts, key, now, lead,
                                          self.settings.scale_up_quantile)
         # Prefill's busiest minute: the 5-minute mean lags a rise.
-        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S) if key[1] is Role.PREFILL \
-            else 0.0
+        peak = pool.signals.get(Signal.PROMPT_TOKENS_PEAK_PER_S) if prefill else 0.0
         if not finite(peak):
             notes.append("peak minute unread: the 5-minute mean rate")
-            peak = 0.0
-        load = max(demand, peak, forecast.sized_value if forecast is not None else 0.0)
+        load = max(demand, peak if finite(peak) else 0.0, forecast.sized_value if forecast else 0.0)
         self._calibrate(st, pool, demand, hit, notes)
         sized = self._size(st, pool, load, hit, lead, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
@@ -232,13 +216,10 @@ class PdscalePolicy:
     def _queue_growth(st: PoolModelState, pool: Pool, notes: list[str]) -> float:
         """Arrivals a saturated pool's served rate does not show: the queue's growth since
         the last reading, in the demand's units (prompt or output tokens/s)."""
-        queue = pool.signals.get(Signal.QUEUE_DEPTH)
-        before, st.growth_rps = st.queue_seen, 0.0
-        if not finite(queue):
-            st.queue_seen = None
-            return 0.0
-        st.queue_seen = (pool.data_time_s, queue)
-        if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
+        queue, before, st.growth_rps = pool.signals.get(Signal.QUEUE_DEPTH), st.queue_seen, 0.0
+        st.queue_seen = (pool.data_time_s, queue) if finite(queue) else None
+        if not finite(queue) or before is None or pool.data_time_s <= before[0] \
+                or queue <= before[1]:
             return 0.0
         per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
         notes.append(f"queue grew {queue - before[1]:.0f} in {pool.data_time_s - before[0]:.0f}"
@@ -248,10 +229,9 @@ class PdscalePolicy:
     @staticmethod
     def _read_lengths(st: PoolModelState, pool: Pool, service_prompt: float | None,
                       notes: list[str]) -> None:
-        prompt = pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
-        if (pool.key[1] is Role.DECODE and usable_length(service_prompt)) or \
-                not usable_length(prompt):
-            prompt = service_prompt
+        # The service's prompt is its prefill pool's reading: decode's own is the fallback.
+        prompt = service_prompt if usable_length(service_prompt) else \
+            pool.signals.get(Signal.MEAN_PROMPT_TOKENS)
         output = pool.signals.get(Signal.MEAN_OUTPUT_TOKENS)
         st.prompt_tokens = prompt if usable_length(prompt) else st.prompt_tokens
         st.output_tokens = output if usable_length(output) else st.output_tokens
@@ -432,10 +412,7 @@ def build_policy(spec: Spec, *, forecasts: ForecastStage | None,
                  cold_start_s: Mapping[PoolKey, float] | None = None) -> PdscalePolicy:
     """pdscale's policy for every pool of the spec; ``forecasts`` (from
     :func:`build_forecasts`; None: size on the current demand) is the stage the loop refits."""
-    pools = _pools(spec, cold_start_s)
-    return PdscalePolicy(spec.controller, {k: p for k, (p, _, _) in pools.items()},
-                         {k: slo for k, (_, slo, _) in pools.items()},
-                         {k: cold for k, (_, _, cold) in pools.items()}, forecasts=forecasts,
+    return PdscalePolicy(spec.controller, _pools(spec, cold_start_s), forecasts=forecasts,
                          prefix_aware={svc.name for svc in spec.services
                                        if svc.routing == "prefix_aware"},
                          objective={svc.name: svc.slo.objective for svc in spec.services})

@@ -50,30 +50,31 @@ def usable_length(reading: float | None) -> TypeGuard[float]:
 @dataclass
 class ColdStartTracker:
     """Time from a scale-up to the replicas being ready: ``p90_s``, the p90 of the last 50
-    (``default_s`` until three are timed)."""
+    (the value given until three are timed). A rise in the active replicas (ready plus
+    starting) is a start, timed until that many are ready."""
 
-    default_s: float
+    p90_s: float
     samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
-    p90_s: float = field(init=False)
     _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
-
-    def __post_init__(self) -> None:
-        self.p90_s = self.default_s
+    _active: int | None = None  # at the last look
 
     def asked(self, now_s: float, ready_target: int) -> None:
         self._pending.append((now_s, ready_target))
 
-    def observe(self, now_s: float, ready: int) -> None:
+    def observe(self, now_s: float, ready: int, active: int | None = None) -> None:
         timed = [now_s - at for at, target in self._pending if ready >= target]
         self._pending = [(at, target) for at, target in self._pending if ready < target]
         self.samples.extend(timed)
         if timed and len(self.samples) >= 3:
             self.p90_s = float(np.percentile(np.array(self.samples), 90))
+        if active is not None and self._active is not None and active > self._active:
+            self.asked(now_s, active)
+        self._active = active
 
     def forget_pending(self) -> None:
         """Drop the scale-ups still waiting to be ready: the pool went unobserved, so when
         they became ready is unknown (timed on its return, the gap would count as start-up)."""
-        self._pending = []
+        self._pending, self._active = [], None
 
     def cancel_above(self, target: int) -> None:
         self._pending = [(t, n) for t, n in self._pending if n <= target]

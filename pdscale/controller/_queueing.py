@@ -29,7 +29,7 @@ from pdscale.controller._perf import decode_batch_limit, decode_operating_point
 from pdscale.controller._profiles import InstanceProfile
 
 __all__ = ["DecodeLoad", "PrefillLoad", "Sized", "decode_replicas", "erlang_c",
-           "predicted_ttft_s", "prefill_replicas", "ttft_floor_s", "wait_quantile_s"]
+           "predicted_ttft_s", "prefill_replicas", "wait_quantile_s"]
 
 
 def erlang_c(servers: int, offered: float) -> float:
@@ -72,6 +72,12 @@ class PrefillLoad:
         """a = lambda E[S]: replicas' worth of work arriving."""
         return self.arrival_rps * self.mean_service_s
 
+    @property
+    def floor_s(self) -> float:
+        """The TTFT no replica count lowers: the percentile's prefill and the fixed overhead."""
+        q = self.service_quantile_s
+        return (self.mean_service_s if q is None else q) + self.fixed_s
+
 
 def wait_quantile_s(load: PrefillLoad, replicas: int) -> float:
     """The wait's ``load.quantile``-quantile at ``replicas`` replicas (inf when they cannot
@@ -81,25 +87,15 @@ def wait_quantile_s(load: PrefillLoad, replicas: int) -> float:
     slack = replicas / load.mean_service_s - load.arrival_rps
     if slack <= 0:
         return math.inf
-    waits = erlang_c(replicas, load.offered)
-    tail = 1 - load.quantile
-    if waits <= tail:
-        return 0.0
-    mean_wait = load.variability / 2 / slack
-    return math.log(waits / tail) * mean_wait
+    waits, tail = erlang_c(replicas, load.offered), 1 - load.quantile
+    # Waits beyond the percentile's wait: C exp(-t / mean wait), the mean Allen-Cunneen's.
+    return math.log(waits / tail) * (load.variability / 2 / slack) if waits > tail else 0.0
 
 
 def predicted_ttft_s(load: PrefillLoad, replicas: int) -> float:
     """TTFT at the SLO's percentile: the wait's quantile plus the prefill of the percentile's
     prompt and the fixed overhead."""
-    return wait_quantile_s(load, replicas) + ttft_floor_s(load)
-
-
-def ttft_floor_s(load: PrefillLoad) -> float:
-    """The TTFT no replica count lowers: the percentile's prefill and the fixed overhead."""
-    service = load.service_quantile_s if load.service_quantile_s is not None else \
-        load.mean_service_s
-    return service + load.fixed_s
+    return wait_quantile_s(load, replicas) + load.floor_s
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     a = load.offered
     horizon = max(slo_s, drain_s or 0.0)
     drain = math.ceil(a + queued * load.mean_service_s / horizon) if queued > 0 else 0
-    floor_s = ttft_floor_s(load)
+    floor_s = load.floor_s
     late = floor_s >= slo_s  # the prefill alone misses: no count helps; keep prompts unqueued
     c = math.floor(a) + 1 if a > 0 else 1
     while c < max_replicas and (wait_quantile_s(load, c) > 0 if late

@@ -22,9 +22,9 @@ KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
 
 
 def _policy(**kw: Any) -> PdscalePolicy:
-    return PdscalePolicy(ControllerSettings(**kw), {KEY_P: H100, KEY_D: H100},
-                          {KEY_P: 0.5, KEY_D: 0.05}, {KEY_P: 60.0, KEY_D: 60.0},
-                          forecasts=None, objective={"svc": 0.99})
+    return PdscalePolicy(ControllerSettings(**kw),
+                         {KEY_P: (H100, 0.5, 60.0), KEY_D: (H100, 0.05, 60.0)},
+                         forecasts=None, objective={"svc": 0.99})
 
 
 def _obs(now: float, *, prompt: float = 40_000.0, gen: float = 3_000.0,

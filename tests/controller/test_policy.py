@@ -29,9 +29,8 @@ KEY_P, KEY_D = ("svc", Role.PREFILL), ("svc", Role.DECODE)
 
 def _policy(*, forecasts: ForecastStage | None = None, **kw: Any) -> PdscalePolicy:
     settings = ControllerSettings(**kw)
-    return PdscalePolicy(settings, {KEY_P: H100, KEY_D: H100}, {KEY_P: 0.5, KEY_D: 0.05},
-                          {KEY_P: 60.0, KEY_D: 60.0}, forecasts=forecasts,
-                         objective={"svc": 0.99})
+    return PdscalePolicy(settings, {KEY_P: (H100, 0.5, 60.0), KEY_D: (H100, 0.05, 60.0)},
+                         forecasts=forecasts, objective={"svc": 0.99})
 
 
 def _obs(now: float, *, prompt: float | None = 40_000.0, gen: float | None = 3_000.0,
@@ -247,7 +246,7 @@ def test_an_ask_held_back_is_not_timed_as_a_cold_start() -> None:
 
 
 def test_cold_start_p90_is_learned() -> None:
-    tracker = ColdStartTracker(default_s=60.0)
+    tracker = ColdStartTracker(p90_s=60.0)
     for start, delay in ((0, 100), (1000, 110), (2000, 120), (3000, 130)):
         tracker.asked(start, 3)
         tracker.observe(start + delay - 1, 2)

@@ -24,8 +24,8 @@ def _decide(prefill_queue: float = 0.0) -> dict[Role, PoolDecision]:
     """100 requests/s of 2,000-token prompts with 20 % prefix hits read at 5 ready replicas,
     250 output tokens each; TTFT 0.25 s and ITL 50 ms at an objective of 0.95; the
     prompt tokens' dispersion unread, no latency read (so the correction is 1)."""
-    policy = PdscalePolicy(ControllerSettings(), {KEY_P: H100, KEY_D: H100},
-                           {KEY_P: 0.25, KEY_D: 0.05}, {KEY_P: 60.0, KEY_D: 60.0},
+    policy = PdscalePolicy(ControllerSettings(),
+                           {KEY_P: (H100, 0.25, 60.0), KEY_D: (H100, 0.05, 60.0)},
                            forecasts=None, objective={"svc": 0.95})
     signals = {
         KEY_P: {Signal.PROMPT_TOKENS_PER_S: 200_000.0, Signal.PROMPT_TOKENS_PEAK_PER_S: 200_000.0,
