@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZED = ("controller", "simulator", "pdscale")
 SUBPACKAGES = ("telemetry", "forecasting", "controller", "alerts", "dashboards", "simulator")
 """pdscale's parts; a module of pdscale/ outside them belongs to the part called pdscale."""
-CORE = ("_model", "_queueing", "_observe")
-"""The decision core, in pdscale/controller/: the policy and its construction from a spec, the
-queueing model, and what a decision reads."""
+CORE = ("_model", "_queueing")
+"""The decision core, in pdscale/controller/: the policy (what a decision reads, and its
+construction from a spec) and the queueing model."""
 CORE_LINES, CORE_FUNCTION_LINES = 700, 60
 
 

@@ -42,7 +42,7 @@ Query = Callable[[str], list[tuple[dict[str, str], float]]]
 Status = Literal["ok", "stale", "missing", "absent-optional", "no-bucket", "coarse"]
 
 CONTROLLER_NEEDS: dict[Role, tuple[Signal, ...]] = {
-    # The policy's demand and latency per role (controller._observe DEMAND_SIGNAL and
+    # The policy's demand and latency per role (controller._model DEMAND_SIGNAL and
     # LATENCY_SIGNAL), its queue, and the prefix-cache discount of prefill demand.
     Role.PREFILL: (Signal.PROMPT_TOKENS_PER_S, Signal.TTFT_P95_S, Signal.QUEUE_DEPTH,
                    Signal.PREFIX_CACHE_HIT_RATIO),

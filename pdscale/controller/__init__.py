@@ -24,8 +24,7 @@ from pdscale.controller._interface import (
     PoolObservation,
     PoolReplicas,
 )
-from pdscale.controller._model import PdscalePolicy, build_forecasts, build_policy
-from pdscale.controller._observe import ColdStartTracker
+from pdscale.controller._model import ColdStartTracker, PdscalePolicy, build_forecasts, build_policy
 from pdscale.controller._perf import (
     HEADROOM,
     DecodePoint,

@@ -1,13 +1,15 @@
-"""pdscale's policy: each pool sized by the queueing model (:mod:`controller._queueing`),
-and the policy built from a spec (:func:`build_policy`).
+"""pdscale's policy: what each pool's decision reads, each pool sized by the queueing model
+(:mod:`controller._queueing`), and the policy built from a spec (:func:`build_policy`).
 
 Per pool and tick (docs/sizing.md has the equations and a worked example): read its cold
-starts, demand and latency (missing demand holds it); size for the larger of the demand now
-(plus the queue's growth; prefill's busiest minute) and the forecast's quantile over the lead
-(decode: at least what prefill delivers), and for the backlog the new replicas will meet;
-learn one correction of the profile's service rate from latency read with no backlog; scale
-up at once and down to the stabilisation window's highest need, ``max_step_down`` a tick. A
-missing optional signal has a stated fallback that the decision names.
+starts, demand (prompt tokens/s for prefill, generated tokens/s for decode) and latency (the
+SLO's TTFT and ITL p95); a pool whose demand is missing or stale is held, never scaled down on
+no data. Size for the larger of the demand now (plus the queue's growth; prefill's busiest
+minute) and the forecast's quantile over the lead (the cold start p90 plus a tick; decode: at
+least what prefill delivers), and for the backlog the new replicas will meet; learn one
+correction of the profile's service rate from latency read with no backlog; scale up at once
+and down to the stabilisation window's highest need, ``max_step_down`` a tick. A missing
+optional signal has a stated fallback that the decision names.
 """
 
 from __future__ import annotations
@@ -17,22 +19,14 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
+from typing import TypeGuard
 
+import numpy as np
 from scipy.optimize import brentq
 
-from pdscale.controller._forecast import ForecastStage
-from pdscale.controller._interface import Cause, Observation, PoolDecision, PoolKey
+from pdscale.controller._forecast import ForecastStage, NoForecast
+from pdscale.controller._interface import Cause, Observation, PoolDecision, PoolForecast, PoolKey
 from pdscale.controller._interface import PoolObservation as Pool
-from pdscale.controller._observe import (
-    DEMAND_SIGNAL,
-    LATENCY_SIGNAL,
-    ColdStartTracker,
-    degraded_decision,
-    finite,
-    forecast_for,
-    prefix_hits,
-    usable_length,
-)
 from pdscale.controller._perf import uncached_prefill_demand
 from pdscale.controller._profiles import InstanceProfile, load_profile
 from pdscale.controller._queueing import (
@@ -46,7 +40,90 @@ from pdscale.controller._queueing import (
 from pdscale.spec import ControllerSettings, Role, Spec
 from pdscale.telemetry import RATE_WINDOW_S, RECENT_WINDOW_S, Signal
 
-__all__ = ["Correction", "PdscalePolicy", "build_forecasts", "build_policy"]
+__all__ = ["ColdStartTracker", "Correction", "PdscalePolicy", "build_forecasts", "build_policy"]
+
+DEMAND_SIGNAL = {Role.PREFILL: Signal.PROMPT_TOKENS_PER_S,
+                 Role.DECODE: Signal.GENERATION_TOKENS_PER_S}
+LATENCY_SIGNAL = {Role.PREFILL: Signal.TTFT_P95_S, Role.DECODE: Signal.ITL_P95_S}
+
+
+def finite(reading: float | None) -> TypeGuard[float]:
+    """A reading that is present and finite (a ratio of empty counters reads NaN)."""
+    return reading is not None and math.isfinite(reading)
+
+
+def usable_length(reading: float | None) -> TypeGuard[float]:
+    """A length reading the policy can take: present, positive and finite (an engine with no
+    request yet reads NaN, a broken counter ratio inf)."""
+    return finite(reading) and reading > 0
+
+
+@dataclass
+class ColdStartTracker:
+    """Time from a scale-up to the replicas being ready: ``p90_s``, the p90 of the last 50
+    (the value given until three are timed). A rise in the active replicas (ready plus
+    starting) is a start, timed until that many are ready."""
+
+    p90_s: float
+    samples: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    _pending: list[tuple[float, int]] = field(default_factory=list)  # (asked at, ready target)
+    _active: int | None = None  # at the last look
+
+    def asked(self, now_s: float, ready_target: int) -> None:
+        self._pending.append((now_s, ready_target))
+
+    def observe(self, now_s: float, ready: int, active: int | None = None) -> None:
+        timed = [now_s - at for at, target in self._pending if ready >= target]
+        self._pending = [(at, target) for at, target in self._pending if ready < target]
+        self.samples.extend(timed)
+        if timed and len(self.samples) >= 3:
+            self.p90_s = float(np.percentile(np.array(self.samples), 90))
+        if active is not None and self._active is not None and active > self._active:
+            self.asked(now_s, active)
+        self._active = active
+
+    def forget_pending(self) -> None:
+        """Drop the scale-ups still waiting to be ready: the pool went unobserved, so when
+        they became ready is unknown (timed on its return, the gap would count as start-up)."""
+        self._pending, self._active = [], None
+
+    def cancel_above(self, target: int) -> None:
+        self._pending = [(t, n) for t, n in self._pending if n <= target]
+
+
+def prefix_hits(pool: Pool, prompt_tokens_per_s: float) -> float | None:
+    """Prefill: the share of prompt tokens its prefix cache served, the engine's hit ratio or,
+    where only the computed prompt tokens are counted, one minus their share of the prompt
+    tokens; None where neither is read (no hits are assumed)."""
+    hit = pool.signals.get(Signal.PREFIX_CACHE_HIT_RATIO)
+    if not finite(hit):
+        computed = pool.signals.get(Signal.PROMPT_TOKENS_COMPUTED_PER_S)
+        if not finite(computed) or prompt_tokens_per_s <= 0:
+            return None
+        hit = 1 - computed / prompt_tokens_per_s
+    return min(1.0, max(0.0, hit))
+
+
+def forecast_for(forecasts: ForecastStage | None, key: PoolKey, now: float, lead: float,
+                 quantile: float) -> tuple[PoolForecast | None, str]:
+    """The pool's forecast over ``lead`` and the words a decision says of it (or why there is
+    none: no forecast stage, or the stage's reason)."""
+    if forecasts is None:
+        return None, "forecast: off, sizing on the current demand"
+    got = forecasts.forecast(key, now, lead)
+    if isinstance(got, NoForecast):
+        return None, got.reason
+    return got, f"forecast q{quantile:g} over {lead:.0f}s"
+
+
+def degraded_decision(key: PoolKey, pool: Pool,
+                      cold_start_p90_s: float) -> PoolDecision:
+    """Hold a pool whose demand is missing or stale: never scale it down on no data."""
+    held, signal = max(pool.replicas.desired, pool.replicas.active), DEMAND_SIGNAL[key[1]].value
+    return PoolDecision(held, (f"degraded: {signal} missing or stale; holding {held} replicas, "
+                               "no scale-down",), cause=Cause.DEGRADED,
+                        detail={"signal": signal, "held": held}, cold_start_p90_s=cold_start_p90_s)
+
 
 PROMPT_TOKENS_UNREAD, OUTPUT_TOKENS_UNREAD = 1000.0, 200.0
 """The lengths planned for before the first length reading (the decision says so)."""
@@ -139,9 +216,6 @@ class PdscalePolicy:
                                           prefix_aware=key[0] in prefix_aware)
                       for key, (profile, slo, cold) in pools.items()}
 
-    def lead_s(self, key: PoolKey) -> float:
-        return self.state[key].cold_start.p90_s + self.tick_s
-
     def decide(self, observation: Observation) -> Mapping[PoolKey, PoolDecision]:
         # Prompt lengths are read where prompts finish: prefill counts a request's prompt at
         # its prefill, decode at its last token.
@@ -180,7 +254,7 @@ class PdscalePolicy:
         prefill = key[1] is Role.PREFILL
         hit = prefix_hits(pool, demand) if prefill else None
         self._read_lengths(st, pool, service_prompt, notes)
-        lead = self.lead_s(key)
+        lead = st.cold_start.p90_s + self.tick_s  # what a scale-up asked now must cover
         demand += self._queue_growth(st, pool, notes)
         if self.forecasts is not None:
             self.forecasts.observe(key, pool.data_time_s, demand)
@@ -192,7 +266,13 @@ class PdscalePolicy:
             notes.append("peak minute unread: the 5-minute mean rate")
         load = max(demand, peak if finite(peak) else 0.0, forecast.sized_value if forecast else 0.0)
         self._calibrate(st, pool, demand, hit, notes)
-        sized = self._size(st, pool, load, hit, lead, notes)
+        queue = pool.signals.get(Signal.QUEUE_DEPTH)
+        if queue is None:
+            notes.append("queue unread: no backlog assumed")
+        # The backlog replicas asked now meet: what waits, and its growth until they are ready.
+        backlog = (queue or 0.0) + st.growth_rps * lead
+        sized = (self._prefill_sized if prefill else self._decode_sized)(
+            st, pool, load, hit, backlog, lead, notes)
         desired, cause, step_note = self._stabilise(st, sized.replicas, r.active, now)
         if (bounded := max(r.min_replicas, min(r.max_replicas, desired))) != desired:
             cause, step_note = Cause.BOUND, (f"{'min' if bounded > desired else 'max'}_"
@@ -208,9 +288,8 @@ class PdscalePolicy:
         detail = {"load": load, "demand": demand, "need": sized.replicas,
                   "predicted_s": sized.predicted_s, "slo_s": st.slo_s, "met": sized.met,
                   "correction": c.value, "correction_spread": c.spread, **sized.terms}
-        return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail,
-                            forecast=forecast, lead_s=lead,
-                            cold_start_p90_s=st.cold_start.p90_s)
+        return PoolDecision(desired, tuple(reasons), cause=cause, detail=detail, forecast=forecast,
+                            lead_s=lead, cold_start_p90_s=st.cold_start.p90_s)
 
     @staticmethod
     def _queue_growth(st: PoolModelState, pool: Pool, notes: list[str]) -> float:
@@ -262,15 +341,8 @@ class PdscalePolicy:
                            quantile=quantile,
                            service_quantile_s=st.profile.prefill_ms(at_q) / 1000 / correction)
 
-    def _size(self, st: PoolModelState, pool: Pool, load: float, hit: float | None,
-              lead: float, notes: list[str]) -> Sized:
-        queue = pool.signals.get(Signal.QUEUE_DEPTH)
-        if queue is None:
-            notes.append("queue unread: no backlog assumed")
-        # The backlog replicas asked now meet: what waits, and its growth until they are ready.
-        backlog = (queue or 0.0) + st.growth_rps * lead
-        if pool.key[1] is Role.PREFILL:
-            return self._prefill_sized(st, pool, load, hit, backlog, lead, notes)
+    def _decode_sized(self, st: PoolModelState, pool: Pool, load: float, hit: float | None,
+                      backlog: float, lead: float, notes: list[str]) -> Sized:
         service = pool.key[0]
         variability = self.service_dispersion.get(service)
         if variability is None:  # decode's sequences vary as prefill's prompt tokens arrive
@@ -344,8 +416,7 @@ class PdscalePolicy:
             implied = _solve(lambda k: predicted_ttft_s(_corrected(base, k), ready), observed,
                              low, high)
         else:
-            running = pool.signals.get(Signal.RUNNING_REQUESTS)
-            if running is None or running <= 0:
+            if not finite(running := pool.signals.get(Signal.RUNNING_REQUESTS)) or running <= 0:
                 return
             if finite(median := pool.signals.get(Signal.ITL_P50_S)) and median > 0:
                 observed = median  # the step at the mean batch predicts the median ITL
@@ -403,9 +474,8 @@ def _pools(spec: Spec, cold_start_s: Mapping[PoolKey, float] | None
 def build_forecasts(spec: Spec, *, cold_start_s: Mapping[PoolKey, float] | None = None
                     ) -> ForecastStage:
     """The forecast stage for every pool of the spec (its controller settings)."""
-    tick = float(spec.controller.tick)
-    leads = {key: cold + tick for key, (_, _, cold) in _pools(spec, cold_start_s).items()}
-    return ForecastStage(leads, spec.controller)
+    return ForecastStage({key: cold + float(spec.controller.tick) for key, (_, _, cold)
+                          in _pools(spec, cold_start_s).items()}, spec.controller)
 
 
 def build_policy(spec: Spec, *, forecasts: ForecastStage | None,

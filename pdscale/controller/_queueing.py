@@ -119,8 +119,7 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
     a = load.offered
     horizon = max(slo_s, drain_s or 0.0)
     drain = math.ceil(a + queued * load.mean_service_s / horizon) if queued > 0 else 0
-    floor_s = load.floor_s
-    late = floor_s >= slo_s  # the prefill alone misses: no count helps; keep prompts unqueued
+    late = load.floor_s >= slo_s  # the prefill alone misses: no count helps; keep prompts unqueued
     c = math.floor(a) + 1 if a > 0 else 1
     while c < max_replicas and (wait_quantile_s(load, c) > 0 if late
                                 else predicted_ttft_s(load, c) > slo_s):
@@ -132,16 +131,14 @@ def prefill_replicas(load: PrefillLoad, slo_s: float, *, max_replicas: int,
               f"= {a:.2f} replicas busy; predicted TTFT p{100 * load.quantile:g} "
               f"{predicted:.3g} s at {c} {'<=' if met else '>'} {slo_s:g} s")
     if late:
-        reason += f" (the prefill alone takes {floor_s:.3g} s)"
+        reason += f" (the prefill alone takes {load.floor_s:.3g} s)"
     if drain > c:
-        reason += (f"; {queued:.0f} waiting drain within {horizon:.3g} s at "
-                   f"{min(drain, max_replicas)}")
+        reason += f"; {queued:.0f} waiting drain within {horizon:.3g} s at {replicas}"
     if replicas == max_replicas and (drain > max_replicas or not met):
         reason += f"; held to the maximum, {max_replicas}"
-    terms = {"arrival_rps": load.arrival_rps, "mean_service_s": load.mean_service_s,
-             "offered": a, "variability": load.variability,
-             "ttft_floor_s": floor_s, "replicas_for_slo": c, "backlog": queued,
-             "replicas_to_drain": drain, "drain_s": horizon}
+    terms = {"arrival_rps": load.arrival_rps, "mean_service_s": load.mean_service_s, "offered": a,
+             "variability": load.variability, "ttft_floor_s": load.floor_s, "replicas_for_slo": c,
+             "backlog": queued, "replicas_to_drain": drain, "drain_s": horizon}
     return Sized(replicas, predicted, met and drain <= max_replicas, reason, terms)
 
 

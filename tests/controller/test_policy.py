@@ -231,7 +231,8 @@ def test_a_scale_up_is_timed_until_its_replicas_are_ready() -> None:
     assert list(policy.state[KEY_P].cold_start.samples) == []
     policy.decide(_obs(120, prompt=200_000.0, ready=(asked, 2)))
     assert list(policy.state[KEY_P].cold_start.samples) == [105.0]
-    assert policy.lead_s(KEY_P) == 75.0  # one sample: still the default
+    after = policy.decide(_obs(135, prompt=200_000.0, ready=(asked, 2)))[KEY_P]
+    assert after.lead_s == 75.0  # one sample: still the default
 
 
 def test_an_ask_held_back_is_not_timed_as_a_cold_start() -> None:
