@@ -314,8 +314,11 @@ def test_decode_learns_its_correction_only_with_a_running_count() -> None:
 
     counted, _ = decode(itl_p95_s=0.03, running_requests=100.0)
     uncounted, without = decode(itl_p95_s=0.03)
+    unreadable, _ = decode(itl_p95_s=0.03, running_requests=math.nan)  # empty counters' ratio
     assert counted.state[KEY_D].correction.readings == 1
-    assert uncounted.state[KEY_D].correction.readings == 0
+    for policy in (uncounted, unreadable):
+        assert policy.state[KEY_D].correction.readings == 0
+        assert policy.state[KEY_D].correction.value == 1.0
     assert without.desired_replicas == decode()[1].desired_replicas
 
 
