@@ -152,8 +152,10 @@ def _solve(predict: Callable[[float], float], observed: float, low: float,
     """The correction in [low, high] at which ``predict(k)``, falling in k, equals
     ``observed`` (the nearer end beyond the range), to 2e-5 in log k: Brent's method on the
     logs, an unstable queue's infinite prediction capped to keep the bracket finite."""
+    target = math.log(observed)
+
     def f(x: float) -> float:  # falls as x grows; its root is the correction's log
-        return min(math.log(predict(math.exp(x))) - math.log(observed), 50.0)
+        return min(math.log(predict(math.exp(x))) - target, 50.0)
 
     a, b = math.log(low), math.log(high)
     if f(a) <= 0:
@@ -227,9 +229,8 @@ class PdscalePolicy:
         for key, pool in observation.pools.items():
             # A backlog: more prompts waiting than prefill replicas, or any sequence waiting
             # for a decode slot (decode is sized for none), which TTFT includes too.
-            decode = key[1] is Role.DECODE
-            if (pool.signals.get(Signal.QUEUE_DEPTH) or 0.0) > (0 if decode else
-                                                                pool.replicas.ready):
+            queue, decode = pool.signals.get(Signal.QUEUE_DEPTH) or 0.0, key[1] is Role.DECODE
+            if queue > (0 if decode else pool.replicas.ready):
                 for other in (key, (key[0], Role.PREFILL)) if decode else (key,):
                     if other in self.state:
                         self.state[other].queued_at = pool.data_time_s
@@ -295,10 +296,13 @@ class PdscalePolicy:
     def _queue_growth(st: PoolModelState, pool: Pool, notes: list[str]) -> float:
         """Arrivals a saturated pool's served rate does not show: the queue's growth since
         the last reading, in the demand's units (prompt or output tokens/s)."""
-        queue, before, st.growth_rps = pool.signals.get(Signal.QUEUE_DEPTH), st.queue_seen, 0.0
-        st.queue_seen = (pool.data_time_s, queue) if finite(queue) else None
-        if not finite(queue) or before is None or pool.data_time_s <= before[0] \
-                or queue <= before[1]:
+        queue = pool.signals.get(Signal.QUEUE_DEPTH)
+        before, st.growth_rps = st.queue_seen, 0.0
+        if not finite(queue):
+            st.queue_seen = None
+            return 0.0
+        st.queue_seen = (pool.data_time_s, queue)
+        if before is None or pool.data_time_s <= before[0] or queue <= before[1]:
             return 0.0
         per_s = st.growth_rps = (queue - before[1]) / (pool.data_time_s - before[0])
         notes.append(f"queue grew {queue - before[1]:.0f} in {pool.data_time_s - before[0]:.0f}"

@@ -160,8 +160,8 @@ def test_the_controller_reads_every_signal_the_policy_uses() -> None:
     from pdscale.controller._cluster import POLICY_SIGNALS
     from pdscale.telemetry import derive_signals
 
-    used = {Signal[name] for module in (_model,)
-            for name in re.findall(r"Signal\.([A-Z0-9_]+)", Path(module.__file__).read_text())}
+    used = {Signal[name]
+            for name in re.findall(r"Signal\.([A-Z0-9_]+)", Path(_model.__file__).read_text())}
     derived = set(derive_signals({}))
     assert used - set(POLICY_SIGNALS) - derived == set()
 
